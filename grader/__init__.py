@@ -1,0 +1,7 @@
+"""kgrader: a sandboxed grader for untrusted GPU kernel code (host side).
+
+Nothing in this package imports candidate code, torch or triton: the host only scans,
+stages, launches the sandbox and validates what comes back.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Sandbox backends: one interface (:mod:`grader.backends.base`), several implementations."""

@@ -1,0 +1,45 @@
+"""Resource limits applied to one evaluation, shared by every backend."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LimitName = Literal[
+    "compile_timeout",
+    "timeout",
+    "memory_limit",
+    "pids_limit",
+    "disk_limit",
+    "output_limit",
+    "gpu_memory_limit",
+]
+
+
+class Limits(BaseModel):
+    """What one evaluation may use. Filled from the task, overridable on the CLI."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compile_s: float = Field(120.0, gt=0, le=3600, description="Import + first launch, seconds.")
+    run_s: float = Field(300.0, gt=0, le=7200, description="Correctness + timing, seconds.")
+    memory_mib: int = Field(4096, ge=64, description="Host memory (RSS, memory+swap) of the tree.")
+    pids: int = Field(256, ge=16, description="Processes and threads in the sandbox.")
+    tmpfs_mib: int = Field(256, ge=8, description="Size of the writable scratch tmpfs.")
+    output_bytes: int = Field(1 << 20, ge=4096, description="Cap on captured stdout+stderr.")
+    result_bytes: int = Field(8 << 20, ge=4096, description="Cap on the judge's result file.")
+    gpu_memory_mib: int | None = Field(
+        None, ge=64, description="Per-process GPU memory cap; None: the device's memory."
+    )
+    cpus: float = Field(2.0, gt=0, description="CPU quota (docker) / affinity hint.")
+
+    @property
+    def wall_s(self) -> float:
+        """Outer wall limit of the whole sandbox: both phases plus start-up slack."""
+        return self.compile_s + self.run_s + 30.0
+
+    def override(self, **changes: float | int | None) -> Limits:
+        """A copy with the non-None values of ``changes`` applied (CLI overrides)."""
+        clean = {k: v for k, v in changes.items() if v is not None}
+        return self.model_validate({**self.model_dump(), **clean})

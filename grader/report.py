@@ -1,0 +1,178 @@
+"""The report: the one place the JSON shape of an evaluation is defined.
+
+Rules the model enforces or documents:
+
+* a stage that was not reached is absent (``None``), never zero;
+* a field that could not be measured is ``None`` and its reason is in ``unmeasured``;
+* infrastructure faults (stage ``sandbox``) are kept apart from the candidate's faults.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from grader.limits import Limits, LimitName
+
+SCHEMA_VERSION = "1.0"
+
+Stage = Literal["scan", "sandbox", "compile", "correctness", "benchmark", "accept"]
+STAGE_ORDER: tuple[Stage, ...] = ("scan", "sandbox", "compile", "correctness", "benchmark", "accept")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StageError(_Model):
+    """One failure: which stage, a stable machine code, and words for a person."""
+
+    stage: Stage
+    code: str = Field(pattern=r"^[a-z][a-z0-9_.\-]*$", max_length=64)
+    message: str = Field(max_length=4000)
+    line: int | None = None
+    col: int | None = None
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class Finding(_Model):
+    """One static-scan finding."""
+
+    rule: str
+    severity: Literal["deny", "warn"]
+    message: str
+    line: int | None = None
+    col: int | None = None
+    snippet: str = ""
+    file: str | None = None
+
+
+class ScanSummary(_Model):
+    policy: str
+    denied: bool
+    findings: list[Finding] = Field(default_factory=list)
+
+
+class BadElement(_Model):
+    """The first element that failed a check."""
+
+    tensor: str
+    index: list[int]
+    expected: float | None
+    actual: float | None
+    dims: dict[str, int]
+    seed: int | None
+    shape_kind: Literal["tune", "hidden"] | None = None
+    phase: str = "correctness"
+
+
+class CorrectnessResult(_Model):
+    passed: bool
+    checks: int = Field(ge=0, description="Checked calls.")
+    shapes_checked: list[dict[str, int]] = Field(default_factory=list)
+    seeds: int = Field(0, ge=0, description="Seeds used per shape (values stay secret).")
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatch_fraction: float | None = None
+    first_bad: BadElement | None = None
+
+
+class TimingStats(_Model):
+    samples: int = Field(ge=0)
+    mean_ms: float
+    median_ms: float
+    p95_ms: float
+    std_ms: float
+    min_ms: float
+    cv: float
+    bandwidth_gbps: float | None = None
+    tflops: float | None = None
+    device: str
+    clock: Literal["cuda_event", "perf_counter"]
+    cache: Literal["cold", "hot"]
+    dims: dict[str, int] = Field(default_factory=dict)
+    checked_calls: int = 0
+    check_policy: str = "all"
+    flagged_samples: int = 0
+    roofline_floor_ms: float | None = None
+    unmeasured: dict[str, str] = Field(default_factory=dict)
+
+
+class RuleOutcome(_Model):
+    rule: Literal["seed", "controlled"]
+    accepted: bool
+    reason: str
+    numbers: dict[str, Any] = Field(default_factory=dict)
+
+
+class AcceptanceResult(_Model):
+    accepted: bool
+    rule: Literal["seed", "controlled"]
+    improvement_fraction: float | None
+    pairs: int
+    positive_fraction: float | None
+    reason: str
+    rules: list[RuleOutcome] = Field(default_factory=list)
+    replicate_speedup: float | None = None
+    unmeasured: dict[str, str] = Field(default_factory=dict)
+
+
+class SandboxInfo(_Model):
+    backend: str
+    limits: Limits
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    oom_killed: bool = False
+    limit_fired: LimitName | None = None
+    wall_s: float | None = None
+    output_truncated: bool = False
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    enforcement: dict[str, str] = Field(
+        default_factory=dict, description="How each limit was enforced (cgroup, rlimit, watchdog)."
+    )
+
+
+class CandidateInfo(_Model):
+    path: str
+    sha256: str
+    bytes: int
+
+
+class Report(_Model):
+    """One evaluation's verdict. ``kgrader schema`` prints its JSON Schema."""
+
+    schema_version: str = SCHEMA_VERSION
+    kgrader_version: str = ""
+    ok: bool
+    stage: Stage | None = Field(description="The last stage reached.")
+    errors: list[StageError] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    task: str | None = None
+    candidate: CandidateInfo | None = None
+    current: CandidateInfo | None = None
+    device: str | None = None
+    scan: ScanSummary | None = None
+    correctness: CorrectnessResult | None = None
+    timing: TimingStats | None = None
+    timing_current: TimingStats | None = None
+    acceptance: AcceptanceResult | None = None
+    sandbox: SandboxInfo | None = None
+    environment: dict[str, Any] = Field(default_factory=dict)
+    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    def failed_stage(self) -> Stage | None:
+        return self.errors[0].stage if self.errors else None
+
+    def error_codes(self) -> list[str]:
+        return [e.code for e in self.errors]
+
+
+def report_json_schema() -> dict[str, Any]:
+    schema = Report.model_json_schema()
+    schema["$id"] = f"urn:kgrader:report:{SCHEMA_VERSION}"
+    schema["title"] = "kgrader report"
+    return schema
