@@ -5,3 +5,5 @@ stages, launches the sandbox and validates what comes back.
 """
 
 __version__ = "0.1.0"
+
+from grader import logs as _logs  # noqa: F401  (events go to stderr, never stdout)

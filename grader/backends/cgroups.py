@@ -1,0 +1,157 @@
+"""Per-evaluation cgroups (v2 or v1) for memory and pids limits, read back after the run.
+
+When neither hierarchy is writable, :func:`create` returns ``None`` and the backend falls
+back to rlimits plus the psutil watchdog (:mod:`grader.backends.watchdog`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger("kgrader.cgroups")
+ROOT = Path("/sys/fs/cgroup")
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _read_kv(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        for line in path.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+                out[parts[0]] = int(parts[1])
+    except OSError:
+        pass
+    return out
+
+
+class CgroupSet:
+    """The cgroup directories of one evaluation (one per v1 controller, or one v2 dir)."""
+
+    def __init__(self, version: int, dirs: dict[str, Path]):
+        self.version = version
+        self.dirs = dirs
+
+    @property
+    def kind(self) -> str:
+        return f"cgroup v{self.version}"
+
+    def attach(self, pid: int) -> None:
+        for d in {*self.dirs.values()}:
+            _write(d / "cgroup.procs", str(pid))
+
+    def pids(self) -> list[int]:
+        out: set[int] = set()
+        for d in {*self.dirs.values()}:
+            with contextlib.suppress(OSError):
+                out.update(int(x) for x in (d / "cgroup.procs").read_text().split())
+        return sorted(out)
+
+    def oom_killed(self) -> bool:
+        if self.version == 2:
+            return _read_kv(self.dirs["memory"] / "memory.events").get("oom_kill", 0) > 0
+        d = self.dirs["memory"]
+        if _read_kv(d / "memory.oom_control").get("oom_kill", 0) > 0:
+            return True
+        try:
+            return int((d / "memory.failcnt").read_text()) > 0 and \
+                int((d / "memory.max_usage_in_bytes").read_text()) >= \
+                int((d / "memory.limit_in_bytes").read_text()) - (1 << 20)
+        except (OSError, ValueError):
+            return False
+
+    def pids_hit(self) -> bool:
+        return _read_kv(self.dirs["pids"] / "pids.events").get("max", 0) > 0
+
+    def peak_memory(self) -> int | None:
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        try:
+            return int((self.dirs["memory"] / name).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def kill_all(self) -> None:
+        if self.version == 2:
+            try:
+                _write(self.dirs["memory"] / "cgroup.kill", "1")
+                return
+            except OSError:
+                pass
+        for _ in range(50):  # v1: no cgroup.kill; a fork bomb may race us, so loop
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.02)
+
+    def destroy(self) -> None:
+        self.kill_all()
+        for d in {*self.dirs.values()}:
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+def create(name: str, memory_bytes: int, pids: int) -> CgroupSet | None:
+    """Make and configure the cgroups of one evaluation, or ``None`` if we cannot."""
+    try:
+        if (ROOT / "cgroup.controllers").exists():
+            return _create_v2(name, memory_bytes, pids)
+        if (ROOT / "memory" / "cgroup.procs").exists() and (ROOT / "pids" / "cgroup.procs").exists():
+            return _create_v1(name, memory_bytes, pids)
+    except OSError as e:
+        log.warning("cgroup_unavailable", error=str(e))
+    return None
+
+
+def _create_v2(name: str, memory_bytes: int, pids: int) -> CgroupSet:
+    parent = ROOT / "kgrader"
+    if not parent.exists():
+        parent.mkdir()
+        _write(ROOT / "cgroup.subtree_control", "+memory +pids")
+    _write(parent / "cgroup.subtree_control", "+memory +pids")
+    d = parent / name
+    d.mkdir()
+    cg = CgroupSet(2, {"memory": d, "pids": d})
+    try:
+        _write(d / "memory.max", str(memory_bytes))
+        if (d / "memory.swap.max").exists():
+            _write(d / "memory.swap.max", "0")
+        _write(d / "pids.max", str(pids))
+    except OSError:
+        cg.destroy()
+        raise
+    return cg
+
+
+def _create_v1(name: str, memory_bytes: int, pids: int) -> CgroupSet:
+    mem, pid = ROOT / "memory" / f"kgrader-{name}", ROOT / "pids" / f"kgrader-{name}"
+    mem.mkdir()
+    pid.mkdir()
+    cg = CgroupSet(1, {"memory": mem, "pids": pid})
+    try:
+        _write(mem / "memory.limit_in_bytes", str(memory_bytes))
+        if (mem / "memory.memsw.limit_in_bytes").exists():
+            _write(mem / "memory.memsw.limit_in_bytes", str(memory_bytes))
+        _write(pid / "pids.max", str(pids))
+    except OSError:
+        cg.destroy()
+        raise
+    return cg

@@ -1,0 +1,96 @@
+"""Host-side psutil watchdog over a sandbox's process tree, and capped output capture.
+
+The watchdog is the fallback for memory and pids limits when no cgroup is writable, and a
+second line of defence otherwise. It kills the whole tree when a limit is crossed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import IO
+
+import psutil
+
+from grader.limits import LimitName
+
+
+class Watchdog(threading.Thread):
+    """Polls the tree under ``root_pid``; calls ``kill`` once when a limit is crossed."""
+
+    def __init__(self, root_pid: int, *, memory_bytes: int | None, pids: int | None,
+                 kill: Callable[[], None], interval: float = 0.05):
+        super().__init__(daemon=True, name=f"kgrader-watchdog-{root_pid}")
+        self.root_pid = root_pid
+        self.memory_bytes = memory_bytes
+        self.pids = pids
+        self.kill = kill
+        self.interval = interval
+        self.fired: LimitName | None = None
+        self.peak_rss = 0
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.root_pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def run(self) -> None:
+        while not self._stop.wait(self.interval):
+            rss, threads = 0, 0
+            procs = self._tree()
+            if not procs:
+                return
+            for p in procs:
+                try:
+                    rss += p.memory_info().rss
+                    threads += p.num_threads()
+                except psutil.Error:
+                    continue
+            self.peak_rss = max(self.peak_rss, rss)
+            if self.memory_bytes is not None and rss > self.memory_bytes:
+                self.fired = "memory_limit"
+            elif self.pids is not None and threads > self.pids:
+                self.fired = "pids_limit"
+            if self.fired:
+                self.kill()
+                return
+
+
+class CappedReader(threading.Thread):
+    """Drains a pipe to the end, keeping at most ``cap`` bytes (the rest is discarded).
+
+    Draining instead of closing lets a flooding sandbox finish its run; the report marks the
+    output as truncated.
+    """
+
+    def __init__(self, stream: IO[bytes], cap: int):
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.cap = cap
+        self.buf = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        fd = self.stream.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.total += len(chunk)
+            room = self.cap - len(self.buf)
+            if room > 0:
+                self.buf += chunk[:room]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.buf)

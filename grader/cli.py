@@ -1,0 +1,132 @@
+"""The ``kgrader`` command line. Thin: parses arguments, calls the API, prints.
+
+Exit codes: 0 every stage reached passed (and, with ``--current``, accepted); 1 the
+candidate failed or was rejected; 2 usage or infrastructure error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from grader import __version__
+from grader.errors import InfrastructureError, KgraderError
+from grader.report import Report, report_json_schema
+
+EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+
+
+def exit_code(report: Report) -> int:
+    if report.ok:
+        return EXIT_OK
+    if any(e.stage == "sandbox" for e in report.errors):
+        return EXIT_ERROR
+    return EXIT_FAILED
+
+
+def fail(err: KgraderError) -> None:
+    kind = "infrastructure error" if isinstance(err, InfrastructureError) else "error"
+    click.echo(f"{kind}: {err}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kgrader")
+def main() -> None:
+    """kgrader: sandboxed, reproducible grading of untrusted GPU kernel code."""
+
+
+def limit_options(f: Any) -> Any:
+    for name, typ, text in (("--compile-s", float, "Compile-stage limit, seconds."),
+                            ("--run-s", float, "Correctness + timing limit, seconds."),
+                            ("--memory-mib", int, "Memory (memory+swap) of the sandbox, MiB."),
+                            ("--pids", int, "Processes + threads in the sandbox."),
+                            ("--tmpfs-mib", int, "Scratch tmpfs size, MiB.")):
+        f = click.option(name, type=typ, default=None, help=text)(f)
+    return f
+
+
+@main.command()
+@click.argument("task_dir", type=click.Path(path_type=Path))
+@click.argument("candidate", type=click.Path(path_type=Path))
+@click.option("--current", type=click.Path(path_type=Path), help="Current best: run the acceptance stage.")
+@click.option("--backend", type=click.Choice(["auto", "bwrap", "docker"]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
+@click.option("--policy", help="Policy name or path (default: the task's).")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one report JSON on stdout.")
+@click.option("--out", type=click.Path(path_type=Path), help="Also write report.json into this folder.")
+@click.option("--records", type=click.Path(path_type=Path), help="Keep the evaluation in a records folder.")
+@click.option("--gpu", "gpus", multiple=True, help="GPU id or UUID to expose (repeatable).")
+@limit_options
+def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, device: str,
+        policy: str | None, as_json: bool, out: Path | None, records: Path | None,
+        gpus: tuple[str, ...], **limits: Any) -> None:
+    """Grade CANDIDATE against the task in TASK_DIR."""
+    from grader.evaluate import EvalRequest, evaluate
+
+    try:
+        req = EvalRequest(task_dir=task_dir, candidate=candidate, current=current, backend=backend,
+                          device=device, policy=policy, limits=limits, gpu_ids=gpus)
+        report = evaluate(req)
+        if records is not None:
+            from grader.records import Records
+            from grader.scan import read_candidate
+
+            rec = Records(records)
+            folder = rec.new_evaluation(task_dir, read_candidate(candidate),
+                                        read_candidate(current) if current else None)
+            rec.finish(folder, report, report.acceptance.accepted if report.acceptance else None)
+    except KgraderError as e:
+        fail(e)
+        return
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.json").write_text(report.model_dump_json(indent=2))
+    if as_json:
+        click.echo(report.model_dump_json())
+    else:
+        from grader.render import render_report
+
+        render_report(report, Console())
+    sys.exit(exit_code(report))
+
+
+@main.command()
+def schema() -> None:
+    """Print the report's JSON Schema."""
+    click.echo(json.dumps(report_json_schema(), indent=2))
+
+
+def _register_all() -> None:
+    from grader import cli_docker, cli_records, cli_scan
+
+    for mod in (cli_scan, cli_records, cli_docker):
+        mod.register(main)
+
+
+_register_all()
+
+
+def entry() -> None:
+    """Console entry point: no raw traceback ever reaches the user (KGRADER_DEBUG=1 shows it)."""
+    import os
+
+    try:
+        main(standalone_mode=True)
+    except KgraderError as e:
+        fail(e)
+    except Exception as e:  # a kgrader bug: say so in one line, exit 2
+        if os.environ.get("KGRADER_DEBUG"):
+            raise
+        click.echo(f"internal error: {type(e).__name__}: {e} (set KGRADER_DEBUG=1 for the "
+                   "traceback)", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+if __name__ == "__main__":
+    entry()

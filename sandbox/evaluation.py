@@ -1,0 +1,337 @@
+"""The stages of one evaluation, run by the judge: compile, correctness, benchmark, accept."""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import mmap
+import os
+import platform
+import random
+import time
+from typing import Any
+
+import torch
+
+from sandbox import stats
+from sandbox.proc import RunnerFailure, RunnerHandle
+from sandbox.tensors import DTYPES, Slot, compare, layout, make_input, poison, total_bytes, view
+
+_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+class StageError(Exception):
+    def __init__(self, stage: str, code: str, message: str, line: int | None = None,
+                 detail: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.error = {"stage": stage, "code": code, "message": message[:4000], "line": line,
+                      "detail": detail or {}}
+
+
+class Side:
+    """One untrusted module: its own runner process and its own shared buffer."""
+
+    def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: dict[str, Any],
+                 gpu_fraction: float | None, timeout: float):
+        self.path = path
+        self.device = device
+        msg: dict[str, Any] = {"op": "setup", "cache": bench.get("cache", "cold"),
+                               "flush_mib": bench.get("flush_mib"),
+                               "allow_tf32": bool(bench.get("allow_tf32", False))}
+        if device == "cpu":
+            # A sealed memfd: the runner can write the bytes but cannot shrink the file
+            # under the judge's mapping (which would SIGBUS the judge).
+            fd = os.memfd_create("kgrader-buffer", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+            os.ftruncate(fd, nbytes)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+            self._mm = mmap.mmap(fd, nbytes)
+            self.base = torch.frombuffer(self._mm, dtype=torch.uint8)
+            os.set_inheritable(fd, True)
+            self.runner = RunnerHandle(path, entry, device, pass_fds=(fd,))
+            os.close(fd)
+            self.runner.send({**msg, "memfd": fd, "nbytes": nbytes})
+        else:
+            self.base = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+            self.runner = RunnerHandle(path, entry, device)
+            self.runner.send_forking({**msg, "tensor": self.base, "gpu_fraction": gpu_fraction})
+        setup = self.runner.receive(timeout, "compile_timeout")
+        self.flush_bytes = int(setup.get("flush_bytes", 0))
+
+    def views(self, slots: list[Slot]) -> dict[str, torch.Tensor]:
+        return {s.name: view(self.base, s) for s in slots}
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+class Evaluation:
+    def __init__(self, secret: dict[str, Any]):
+        self.s = secret
+        self.task: dict[str, Any] = secret["task"]
+        self.device: str = secret["device"]
+        self.dev = "cuda" if self.device == "cuda" else "cpu"
+        self.stages: list[str] = secret.get("stages") or ["compile", "correctness", "benchmark"]
+        self.shape_kinds: list[str] = secret.get("shape_kinds") or ["tune", "hidden"]
+        self.errors: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self.stage: str | None = None
+        self.result: dict[str, Any] = {}
+        self.sides: list[Side] = []
+        self.rng = random.Random(int(secret.get("phase_seed", 0)))
+        lim = secret["limits"]
+        self.t0 = time.monotonic()
+        self.compile_deadline = self.t0 + float(lim["compile_s"])
+        self.run_deadline = self.compile_deadline + float(lim["run_s"])
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        ns: dict[str, Any] = {"__name__": "kgrader_reference"}
+        exec(compile(secret["reference"], "reference.py", "exec"), ns)  # trusted task code
+        self.ref = ns[self.task.get("entrypoint", "launch")]
+        tensors = self.task["tensors"]
+        self.specs = {t["name"]: t for t in tensors}
+        all_dims = self.task["shapes"]["tune"] + self.task["shapes"]["hidden"]
+        self.nbytes = max(total_bytes(layout(tensors, d)) for d in all_dims)
+
+    # ---- plumbing -------------------------------------------------------------------
+    def left(self, deadline: float) -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    def _fail(self, stage: str, e: RunnerFailure) -> StageError:
+        if stage == "compile" and e.code == "timeout":
+            e.code = "compile_timeout"
+        return StageError(stage, e.code, e.message, e.line, e.detail)
+
+    def _gen(self, seed: int) -> torch.Generator:
+        g = torch.Generator(device=self.dev)
+        g.manual_seed(seed)
+        return g
+
+    def _inputs(self, slots: list[Slot], seed: int) -> dict[str, torch.Tensor]:
+        g = self._gen(seed)
+        return {s.name: make_input(self.specs[s.name], s.shape, self.dev, g)
+                for s in slots if s.role == "input"}
+
+    def _reference(self, slots: list[Slot], inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        outs = {s.name: torch.empty(s.shape, dtype=DTYPES[s.dtype], device=self.dev)
+                for s in slots if s.role == "output"}
+        for o in outs.values():
+            poison(o)
+        args = [inputs[s.name].clone() if s.role == "input" else outs[s.name] for s in slots]
+        self.ref(*args)
+        if self.dev == "cuda":
+            torch.cuda.synchronize()
+        return outs
+
+    def call(self, side: Side, slots: list[Slot], inputs: dict[str, torch.Tensor], *,
+             stage: str, deadline: float, expected: dict[str, torch.Tensor] | None,
+             where: dict[str, Any]) -> dict[str, Any]:
+        """Copy inputs in, poison outputs, launch, then check what the runner left."""
+        views = side.views(slots)
+        for s in slots:
+            if s.role == "input":
+                views[s.name].copy_(inputs[s.name])
+            else:
+                poison(views[s.name])
+        if self.dev == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        try:
+            reply = side.runner.request({"op": "call", "args": [s.wire() for s in slots]},
+                                        self.left(deadline))
+        except RunnerFailure as e:
+            raise self._fail(stage, e) from None
+        judge_ms = (time.perf_counter() - t0) * 1e3
+        if reply.get("flags_ok") is False:
+            raise StageError(stage, "precision_flags_changed",
+                             "the candidate changed the pinned TF32 / precision flags")
+        for s in slots:
+            if s.role == "input" and not torch.equal(views[s.name], inputs[s.name]):
+                raise StageError(stage, "input_mutated",
+                                 f"input {s.name!r} was modified by the candidate", detail=where)
+        if expected is not None:
+            self._check(views, expected, stage, where)
+        ms, wall = reply.get("ms"), reply.get("wall_ms")
+        if not isinstance(ms, int | float) or not isinstance(wall, int | float) \
+                or not math.isfinite(ms) or ms < 0 or ms > judge_ms * 1.05 + 0.05:
+            raise StageError(stage, "timing_inconsistent",
+                             f"runner claimed {ms!r} ms but the judge saw {judge_ms:.3f} ms")
+        return {"ms": float(ms), "wall_ms": float(wall), "judge_ms": judge_ms,
+                "threads": int(reply.get("threads", -1))}
+
+    def _check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
+               stage: str, where: dict[str, Any]) -> None:
+        c = self.task["correctness"]
+        for name, exp in expected.items():
+            cmp = compare(views[name], exp, float(c["atol"]), float(c["rtol"]),
+                          float(c.get("max_mismatch_fraction", 0.0)))
+            self._track(cmp.max_abs, cmp.max_rel, cmp.mismatch_fraction)
+            if not cmp.ok:
+                fb = cmp.first_bad or {}
+                untouched = fb.get("actual") is None and fb.get("expected") is not None
+                what = "left unwritten (still poisoned)" if untouched else "wrong"
+                msg = (f"output {name!r} {what} at index {fb.get('index')} "
+                       f"for dims {where.get('dims')}: expected {fb.get('expected')}, got "
+                       f"{fb.get('actual') if not untouched else 'NaN/poison'}; "
+                       f"{cmp.mismatch_fraction:.2%} of elements mismatch")
+                bad = {"tensor": name, "index": fb.get("index", []), "expected": fb.get("expected"),
+                       "actual": fb.get("actual"), "dims": where.get("dims", {}),
+                       "seed": where.get("seed"), "shape_kind": where.get("shape_kind"),
+                       "phase": where.get("phase", stage)}
+                self.result.setdefault("correctness", {})["first_bad"] = bad
+                raise StageError(stage, "wrong_values" if not untouched else "output_untouched",
+                                 msg, detail={"first_bad": bad})
+
+    def _track(self, max_abs: float | None, max_rel: float | None, frac: float) -> None:
+        c = self.result.setdefault("correctness", {})
+        for key, v in (("max_abs_error", max_abs), ("max_rel_error", max_rel),
+                       ("mismatch_fraction", frac)):
+            if v is not None and math.isfinite(v):
+                c[key] = max(float(c.get(key) or 0.0), v)
+
+    # ---- stages ---------------------------------------------------------------------
+    def run(self) -> None:
+        self.stage = "compile"
+        cand = self._open_side(self.s["candidate"], "compile")
+        self.sides.append(cand)
+        first = self.task["shapes"]["tune"][0]
+        slots = layout(self.task["tensors"], first)
+        seed0 = int(self.task["correctness"]["seeds"][0])
+        inputs = self._inputs(slots, seed0)
+        self.call(cand, slots, inputs, stage="compile", deadline=self.compile_deadline,
+                  expected=None, where={"dims": first, "phase": "compile"})
+        self.result["compile"] = {"s": round(time.monotonic() - self.t0, 3)}
+        if "correctness" in self.stages:
+            self.stage = "correctness"
+            self.correctness(cand)
+        if "benchmark" in self.stages:
+            self.stage = "benchmark"
+            self.result["timing"] = self.benchmark(cand, "candidate")
+        if self.s.get("current"):
+            self.stage = "accept"
+            from sandbox.acceptance import run_acceptance
+
+            self.result["acceptance"] = run_acceptance(self, cand)
+
+    def _open_side(self, path: str, stage: str) -> Side:
+        try:
+            side = Side(path, self.task.get("entrypoint", "launch"), self.dev, self.nbytes,
+                        self.task.get("benchmark", {}), self.s.get("gpu_fraction"),
+                        self.left(self.compile_deadline))
+            reply = side.runner.request({"op": "load"}, self.left(self.compile_deadline),
+                                        "compile_timeout")
+        except RunnerFailure as e:
+            raise self._fail(stage, e) from None
+        self.base_threads = int(reply.get("threads", -1))
+        return side
+
+    def correctness(self, side: Side) -> None:
+        c = self.task["correctness"]
+        checks, shapes = 0, []
+        for kind in self.shape_kinds:
+            for i, dims in enumerate(self.task["shapes"][kind]):
+                slots = layout(self.task["tensors"], dims)
+                for seed in c["seeds"]:
+                    mixed = int(seed) * 1_000_003 + i * 7919 + (0 if kind == "tune" else 104_729)
+                    inputs = self._inputs(slots, mixed)
+                    expected = self._reference(slots, inputs)
+                    where = {"dims": dims, "seed": int(seed), "shape_kind": kind, "phase": "correctness"}
+                    self.call(side, slots, inputs, stage="correctness", deadline=self.run_deadline,
+                              expected=expected, where=where)
+                    checks += 1
+                shapes.append(dims)
+        self.result.setdefault("correctness", {}).update(
+            {"passed": True, "checks": checks, "shapes_checked": shapes, "seeds": len(c["seeds"])})
+
+    def timed(self, side: Side, slots: list[Slot], check: bool, stage: str, seed: int | None = None,
+              inputs: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+        """One timed call on fresh inputs (from the secret phase seed), optionally checked."""
+        if inputs is None:
+            inputs = self._inputs(slots, seed if seed is not None else self.rng.getrandbits(62))
+        expected = self._reference(slots, inputs) if check else None
+        dims = {k: v for k, v in self.task["shapes"]["tune"][0].items()}
+        return self.call(side, slots, inputs, stage=stage, deadline=self.run_deadline,
+                         expected=expected, where={"dims": dims, "phase": stage})
+
+    def calibrate_overhead(self, side: Side) -> float:
+        """Round-trip cost of an empty timed call: the budget for wall-vs-event checks."""
+        over = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            r = side.runner.request({"op": "call", "noop": True}, self.left(self.run_deadline))
+            over.append((time.perf_counter() - t0) * 1e3 - float(r.get("ms", 0.0)))
+        over.sort()
+        return over[len(over) // 2] * 3 + (0.5 if self.dev == "cpu" else 0.1)
+
+    def benchmark(self, side: Side, who: str) -> dict[str, Any]:
+        b = self.task.get("benchmark", {})
+        c = self.task["correctness"]
+        dims = self.task["shapes"]["tune"][0]
+        slots = layout(self.task["tensors"], dims)
+        frac = float(c.get("timed_check_fraction", 1.0))
+        try:
+            budget = self.calibrate_overhead(side)
+        except RunnerFailure as e:
+            raise self._fail("benchmark", e) from None
+        t_start = time.monotonic()
+        n = 0
+        while n < int(b.get("warmup", 10)) or (time.monotonic() - t_start) * 1e3 < float(b.get("warmup_ms", 0)):
+            self.timed(side, slots, True, "benchmark")
+            n += 1
+        base_threads = side.runner.request({"op": "call", "noop": True}, self.left(self.run_deadline))["threads"]
+        samples, walls, flagged, checked = [], [], 0, 0
+        for _ in range(int(b.get("samples", 25)) * int(b.get("reps", 5))):
+            check = frac >= 1.0 or self.rng.random() < frac
+            r = self.timed(side, slots, check, "benchmark")
+            checked += int(check)
+            if r["threads"] > base_threads >= 0:
+                raise StageError("benchmark", "background_thread",
+                                 f"the candidate left {r['threads'] - base_threads} extra thread(s) "
+                                 "running after returning: work may escape the timed region")
+            if r["judge_ms"] - r["ms"] > budget:
+                flagged += 1
+            samples.append(r["ms"])
+            walls.append(r["judge_ms"])
+        out = dict(stats.summarize(samples))
+        out.update({"samples_ms": samples, "judge_ms": walls, "flagged_samples": flagged,
+                    "overhead_budget_ms": budget, "checked_calls": checked,
+                    "check_policy": "all" if frac >= 1.0 else f"random {frac:.0%} (judge-chosen)",
+                    "cache": b.get("cache", "cold"), "flush_bytes": side.flush_bytes, "dims": dims,
+                    "clock": "cuda_event" if self.dev == "cuda" else "perf_counter"})
+        if flagged > max(1, len(samples) // 10):
+            raise StageError("benchmark", "work_escaped_timing",
+                             f"{flagged} of {len(samples)} samples took longer on the judge's clock "
+                             f"than the timed region plus a {budget:.3f} ms budget: work escaped the "
+                             "timed stream (side stream, thread or deferred work)",
+                             detail={"flagged": flagged, "budget_ms": budget})
+        floor = self.s.get("floor_ms")
+        if isinstance(floor, int | float) and floor > 0 and out["median"] < floor:
+            raise StageError("benchmark", "below_roofline_floor",
+                             f"median {out['median']:.6f} ms is below the physical floor "
+                             f"{floor:.6f} ms: an anomaly, not a record", detail={"floor_ms": floor})
+        return out
+
+    # ---- result ---------------------------------------------------------------------
+    def environment(self) -> dict[str, Any]:
+        env: dict[str, Any] = {"torch": torch.__version__, "python": platform.python_version()}
+        try:
+            import triton
+
+            env["triton"] = triton.__version__
+        except Exception as e:
+            env["triton"] = f"unavailable: {type(e).__name__}"
+        if self.dev == "cuda":
+            p = torch.cuda.get_device_properties(0)
+            env.update({"device_name": p.name, "cuda": torch.version.cuda,
+                        "sm": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1)})
+        else:
+            env.update({"device_name": platform.processor() or platform.machine(),
+                        "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"})
+        return env
+
+    def payload(self) -> dict[str, Any]:
+        return {"stage": self.stage, "errors": self.errors, "warnings": self.warnings,
+                "device": self.device, "environment": self.environment(), **self.result}
+
+    def shutdown(self) -> None:
+        for side in self.sides:
+            side.close()

@@ -1,0 +1,52 @@
+"""Process hardening steps taken by the judge and the runner before anything untrusted runs."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import resource
+
+PR_SET_DUMPABLE = 4
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def _prctl(option: int, arg: int) -> int:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return int(libc.prctl(option, arg, 0, 0, 0))
+
+
+def make_undumpable() -> None:
+    """Forbid ptrace, /proc/PID/mem and /proc/PID/fd access by same-uid processes.
+
+    The judge and the runners share a uid inside the sandbox; without this a runner could
+    read the judge's key from its memory or write to its file descriptors. Fails closed.
+    """
+    if _prctl(PR_SET_DUMPABLE, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def clean_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The runner's whole environment: nothing inherited from the judge."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "TRITON_CACHE_DIR": "/tmp/.triton",
+        "TORCHINDUCTOR_CACHE_DIR": "/tmp/.inductor",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "LANG": "C.UTF-8",
+    }
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    for key in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "TRITON_PTXAS_PATH",
+                "TRITON_LIBCUDA_PATH", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    env.update(extra or {})
+    return env

@@ -1,0 +1,84 @@
+"""Judge: the trusted entry point inside the sandbox. It never imports the candidate.
+
+Order of work (DESIGN.md): read and delete the secret file, harden this process, start one
+runner per untrusted module, then compile -> correctness -> benchmark -> accept, and write
+one authenticated result record. The host believes only a record whose MAC verifies with
+the key that was in the secret file, which no runner ever saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+from sandbox import harden
+from sandbox.proc import RunnerFailure
+
+OUT = os.environ.get("KGRADER_OUT", "/kg/out")
+SECRET = os.path.join(OUT, ".judge-secret.json")
+RESULT = os.path.join(OUT, "result.json")
+
+
+def read_secret() -> dict[str, Any]:
+    fd = os.open(SECRET, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        data = os.read(fd, 64 << 20)
+    finally:
+        os.close(fd)
+    os.unlink(SECRET)  # fails closed: no runner starts while the secret is still readable
+    secret: dict[str, Any] = json.loads(data)
+    return secret
+
+
+def write_result(key: bytes, payload: dict[str, Any]) -> None:
+    body = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    tmp = RESULT + ".judge-tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"payload": body, "mac": mac}, f)
+    os.replace(tmp, RESULT)
+
+
+def main() -> int:
+    harden.make_undumpable()
+    secret = read_secret()
+    key = bytes.fromhex(secret.pop("key"))
+    device = secret["device"]
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    # torch is imported only now, after the secret file is gone and the process is hardened.
+    from sandbox.evaluation import Evaluation, StageError
+
+    try:
+        ev = Evaluation(secret)
+    except Exception as e:  # the task's reference or the device failed: not the candidate
+        write_result(key, {"stage": "sandbox", "device": device, "environment": {}, "warnings": [],
+                           "errors": [{"stage": "sandbox", "code": "judge_setup_failed",
+                                       "message": "".join(traceback.format_exception(e))[-3000:],
+                                       "line": None, "detail": {}}]})
+        return 0
+    try:
+        ev.run()
+    except StageError as e:
+        ev.errors.append(e.error)
+    except RunnerFailure as e:  # pragma: no cover - evaluation converts these itself
+        ev.errors.append({"stage": ev.stage or "compile", "code": e.code, "message": e.message,
+                          "line": e.line, "detail": e.detail or {}})
+    except Exception as e:  # the judge's own bug: an infrastructure fault, never a pass
+        ev.errors.append({"stage": "sandbox", "code": "judge_error",
+                          "message": "".join(traceback.format_exception(e))[-3000:],
+                          "line": None, "detail": {}})
+    finally:
+        ev.shutdown()
+    write_result(key, ev.payload())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

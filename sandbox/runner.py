@@ -1,0 +1,165 @@
+"""Runner: imports the candidate and serves the judge's launch requests.
+
+Untrusted code lives in this process. Nothing it reports is believed without a check:
+the judge decides correctness from its own memory and cross-checks every time claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import mmap
+import os
+import sys
+import traceback
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from sandbox import harden, protocol
+from sandbox.tensors import DTYPES
+from sandbox.timing import Timer, thread_count
+
+
+def _error(code: str, exc: BaseException, path: str) -> dict[str, Any]:
+    line = None
+    if isinstance(exc, SyntaxError) and exc.filename == path:
+        line = exc.lineno
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename == path:
+            line = frame.lineno
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    return {"ok": False, "error": {"code": code, "type": type(exc).__name__,
+                                   "message": text[:2000], "line": line}}
+
+
+def _classify(exc: BaseException) -> str:
+    if isinstance(exc, MemoryError):
+        return "memory_limit"
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return "gpu_memory_limit"
+    if isinstance(exc, BlockingIOError) or (isinstance(exc, RuntimeError)
+                                            and "can't start new thread" in str(exc)):
+        return "pids_limit"
+    if isinstance(exc, SystemExit | KeyboardInterrupt):
+        return "early_exit"
+    return "exception"
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.rfd, self.wfd = args.read_fd, args.write_fd
+        self.path, self.entry, self.device = args.module, args.entry, args.device
+        self.base: torch.Tensor | None = None
+        self.fn: Any = None
+        self.timer: Timer | None = None
+        self._views: dict[str, list[torch.Tensor]] = {}
+        self.allow_tf32 = False
+
+    def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if self.device == "cpu":
+            fd = int(msg["memfd"])
+            self._mm = mmap.mmap(fd, int(msg["nbytes"]))
+            self.base = torch.frombuffer(self._mm, dtype=torch.uint8)
+        else:
+            self.base = msg["tensor"]
+            if msg.get("gpu_fraction"):
+                torch.cuda.set_per_process_memory_fraction(float(msg["gpu_fraction"]))
+        self.allow_tf32 = bool(msg.get("allow_tf32", False))
+        self.timer = Timer(self.device, msg.get("cache", "hot"), msg.get("flush_mib"))
+        return {"ok": True, "flush_bytes": self.timer.flush_nbytes, "threads": thread_count()}
+
+    def load(self) -> dict[str, Any]:
+        try:
+            spec = importlib.util.spec_from_file_location("candidate", self.path)
+            if spec is None or spec.loader is None:
+                return {"ok": False, "error": {"code": "import", "type": "ImportError",
+                                               "message": "cannot load module", "line": None}}
+            mod: ModuleType = importlib.util.module_from_spec(spec)
+            sys.modules["candidate"] = mod
+            spec.loader.exec_module(mod)
+        except SyntaxError as e:
+            return _error("syntax", e, self.path)
+        except BaseException as e:  # the candidate may raise anything, SystemExit included
+            code = _classify(e)
+            return _error("import" if code == "exception" else code, e, self.path)
+        fn = getattr(mod, self.entry, None)
+        if not callable(fn):
+            return {"ok": False, "error": {"code": "missing_entrypoint", "type": "AttributeError",
+                                           "message": f"candidate defines no callable {self.entry!r}",
+                                           "line": None}}
+        self.fn = fn
+        return {"ok": True, "threads": thread_count()}
+
+    def _args(self, slots: list[dict[str, Any]]) -> list[torch.Tensor]:
+        key = repr(slots)
+        views = self._views.get(key)
+        if views is None:
+            assert self.base is not None
+            views = []
+            for s in slots:
+                n = DTYPES[s["dtype"]].itemsize
+                count = 1
+                for d in s["shape"]:
+                    count *= int(d)
+                raw = self.base[int(s["offset"]): int(s["offset"]) + max(1, count) * n]
+                views.append(raw.view(DTYPES[s["dtype"]]).view(tuple(s["shape"])))
+            self._views = {key: views}
+        return views
+
+    def call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        assert self.timer is not None
+        if msg.get("noop"):
+            ms, wall = self.timer.time_call(lambda: None)
+            return {"ok": True, "ms": ms, "wall_ms": wall, "threads": thread_count()}
+        args = self._args(msg["args"])
+        fn = self.fn
+        # Re-pin the precision flags before every call; report if the call changed them.
+        torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
+        torch.backends.cudnn.allow_tf32 = self.allow_tf32
+        try:
+            ms, wall = self.timer.time_call(lambda: fn(*args))
+        except BaseException as e:
+            return _error(_classify(e), e, self.path)
+        flags_ok = (torch.backends.cuda.matmul.allow_tf32 == self.allow_tf32
+                    and torch.backends.cudnn.allow_tf32 == self.allow_tf32)
+        return {"ok": True, "ms": ms, "wall_ms": wall, "threads": thread_count(),
+                "flags_ok": flags_ok}
+
+    def serve(self) -> None:
+        while True:
+            try:
+                msg = protocol.recv_any_from_judge(self.rfd)
+            except protocol.ChannelClosed:
+                return
+            op = msg.get("op")
+            if op == "setup":
+                reply = self.setup(msg)
+            elif op == "load":
+                reply = self.load()
+            elif op == "call":
+                reply = self.call(msg)
+            elif op == "exit":
+                return
+            else:
+                reply = {"ok": False, "error": {"code": "protocol", "message": f"unknown op {op!r}"}}
+            protocol.send_json(self.wfd, reply)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--read-fd", type=int, required=True)
+    p.add_argument("--write-fd", type=int, required=True)
+    p.add_argument("--module", required=True)
+    p.add_argument("--entry", default="launch")
+    p.add_argument("--device", default="cpu")
+    args = p.parse_args()
+    harden.make_undumpable()
+    Runner(args).serve()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Tensor layout, seeded inputs, poisoning and comparison (judge side).
+
+Everything the verdict depends on happens here, in the judge's process, on memory the
+judge allocated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+    "float64": torch.float64, "int8": torch.int8, "int32": torch.int32, "int64": torch.int64,
+    "uint8": torch.uint8, "bool": torch.bool,
+}
+ALIGN = 256
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one tensor lives inside a shared buffer."""
+
+    name: str
+    role: str
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+    def wire(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "shape": list(self.shape), "offset": self.offset}
+
+
+def layout(tensors: list[dict[str, Any]], dims: dict[str, int]) -> list[Slot]:
+    """Place every tensor of the task, for one dimension binding, at aligned offsets."""
+    slots, off = [], 0
+    for t in tensors:
+        shape = tuple(int(d) if isinstance(d, int) else int(dims[d]) for d in t["shape"])
+        itemsize = torch.empty((), dtype=DTYPES[t["dtype"]]).element_size()
+        nbytes = max(1, math.prod(shape)) * itemsize
+        slots.append(Slot(t["name"], t["role"], t["dtype"], shape, off, nbytes))
+        off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+    return slots
+
+
+def total_bytes(slots: list[Slot]) -> int:
+    last = slots[-1]
+    return last.offset + (last.nbytes + ALIGN - 1) // ALIGN * ALIGN
+
+
+def view(base: torch.Tensor, slot: Slot) -> torch.Tensor:
+    """A typed, shaped view of ``slot`` inside the flat uint8 ``base``."""
+    raw = base[slot.offset: slot.offset + slot.nbytes]
+    return raw.view(DTYPES[slot.dtype]).view(slot.shape)
+
+
+def make_input(spec: dict[str, Any], shape: tuple[int, ...], device: str,
+               gen: torch.Generator) -> torch.Tensor:
+    dtype = DTYPES[spec["dtype"]]
+    init = spec.get("init") or {}
+    kind = init.get("kind", "normal")
+    if kind == "randint" or not (dtype.is_floating_point):
+        low = int(init.get("low", 0))
+        high = int(init.get("high", 2 if dtype == torch.bool else 100))
+        if high <= low:
+            high = low + 1
+        out = torch.randint(low, high, shape, generator=gen, device=device, dtype=torch.int64)
+        return out.to(dtype)
+    if kind == "uniform":
+        lo, hi = float(init.get("low", 0.0)), float(init.get("high", 1.0))
+        out = torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * (hi - lo) + lo
+    else:
+        out = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
+        out = out * float(init.get("std", 1.0)) + float(init.get("mean", 0.0))
+    return out.to(dtype)
+
+
+def poison(t: torch.Tensor) -> None:
+    """Fill an output with a value no honest kernel leaves behind."""
+    if t.dtype.is_floating_point:
+        t.fill_(float("nan"))
+    elif t.dtype == torch.bool:
+        t.fill_(True)
+    elif t.dtype == torch.uint8:
+        t.fill_(0xA5)
+    else:
+        t.fill_(-0x5A5A5A5A if t.element_size() >= 4 else -0x5A)
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    max_abs: float | None
+    max_rel: float | None
+    mismatch_fraction: float
+    first_bad: dict[str, Any] | None
+
+
+def compare(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
+            max_mismatch_fraction: float) -> Comparison:
+    """Element-wise ``|a - e| <= atol + rtol * |e|`` in float64; NaN only matches NaN."""
+    if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
+        return Comparison(False, None, None, 1.0, {"index": [], "expected": None, "actual": None,
+                                                   "why": "shape or dtype changed"})
+    a = actual.detach().to("cpu", torch.float64)
+    e = expected.detach().to("cpu", torch.float64)
+    diff = (a - e).abs()
+    both_nan = a.isnan() & e.isnan()
+    same_inf = a.isinf() & e.isinf() & (a == e)
+    bad = ~((diff <= atol + rtol * e.abs()) | both_nan | same_inf)
+    n = max(1, bad.numel())
+    nbad = int(bad.sum())
+    finite = ~(a.isnan() | e.isnan() | a.isinf() | e.isinf())
+    max_abs = float(diff[finite].max()) if bool(finite.any()) else None
+    rel = diff / e.abs().clamp_min(1e-12)
+    max_rel = float(rel[finite].max()) if bool(finite.any()) else None
+    frac = nbad / n
+    first = None
+    if nbad:
+        flat = int(torch.nonzero(bad.reshape(-1))[0])
+        idx = list(_unravel(flat, tuple(a.shape)))
+        first = {"index": idx, "expected": _num(e.reshape(-1)[flat]), "actual": _num(a.reshape(-1)[flat])}
+    return Comparison(frac <= max_mismatch_fraction, max_abs, max_rel, frac, first)
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for dim in reversed(shape):
+        out.append(flat % dim)
+        flat //= dim
+    return tuple(reversed(out))
+
+
+def _num(x: torch.Tensor) -> float | None:
+    v = float(x)
+    return None if math.isnan(v) or math.isinf(v) else v
