@@ -1,0 +1,56 @@
+"""``kgrader records show DIR``: the trajectory of a records folder, as a table or JSON.
+
+Wired into the main CLI by ``grader.cli`` through :func:`register`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from grader.records import TRAJECTORY, read_trajectory
+
+
+def register(cli: click.Group) -> None:
+    """Add the ``records`` command group (``records show``) to ``cli``."""
+    cli.add_command(records)
+
+
+@click.group()
+def records() -> None:
+    """Inspect a --records folder."""
+
+
+@records.command("show")
+@click.argument("directory", metavar="DIR", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the lines as a JSON array.")
+def show(directory: Path, as_json: bool) -> None:
+    """Show DIR's trajectory: one row per acceptance decision."""
+    if not directory.is_dir():
+        click.echo(f"error: records folder not found: {directory}", err=True)
+        sys.exit(2)
+    entries = read_trajectory(directory)
+    if as_json:
+        click.echo(json.dumps([e.to_json() for e in entries], indent=2, ensure_ascii=False))
+        return
+    table = Table(title=f"{directory / TRAJECTORY} ({len(entries)} decisions)")
+    for col in ("time", "task", "candidate", "accepted", "improvement", "rule", "folder"):
+        table.add_column(col, no_wrap=col in ("time", "candidate"))
+    for e in entries:
+        imp = "—" if e.improvement_fraction is None else f"{e.improvement_fraction:+.2%}"
+        table.add_row(
+            e.time, e.task or "—", e.candidate_sha256[:12],
+            "[green]yes[/]" if e.accepted else "[red]no[/]",
+            imp, e.rule or "—", e.folder,
+        )
+    console = Console()
+    if not console.is_terminal:
+        # Piped or captured output has no width; rich's 80-column default would cut the
+        # sha and folder columns to nothing.
+        console = Console(width=240)
+    console.print(table)
