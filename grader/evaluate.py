@@ -193,3 +193,45 @@ def _no_result_error(err: StageError, outcome: SandboxOutcome) -> StageError:
                                   f"signal={outcome.signal}",
                           detail={"exit_code": outcome.exit_code, "signal": outcome.signal})
     return err
+
+
+def measure_peak(backend: str = "auto", device: str = "auto", quick: bool = False,
+                 limits: Limits | None = None) -> JudgePayload:
+    """Run the judge in calibration mode: the device's copy bandwidth and matmul peaks.
+
+    Returns the verified payload (``peaks`` and ``environment``); raises
+    :class:`InfrastructureError` when the sandbox cannot produce a verified record.
+    """
+    from grader.errors import InfrastructureError
+
+    dev = detect_device() if device == "auto" else device
+    be = select_backend(backend, dev)  # type: ignore[arg-type]
+    lim = limits or Limits(compile_s=60, run_s=600, memory_mib=8192)
+    root = Path(tempfile.mkdtemp(prefix="kgrader-peak-"))
+    root.chmod(0o755)
+    in_dir, out_dir = root / "in", root / "out"
+    in_dir.mkdir(mode=0o755)
+    out_dir.mkdir(mode=0o700)
+    key = secrets.token_bytes(32)
+    sp = out_dir / SECRET_NAME
+    fd = os.open(sp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"key": key.hex(), "mode": "measure_peak", "device": dev, "quick": quick}, f)
+    if os.geteuid() == 0:
+        os.chown(sp, SANDBOX_UID, SANDBOX_GID)
+        os.chown(out_dir, SANDBOX_UID, SANDBOX_GID)
+    try:
+        outcome = be.run(SandboxSpec(in_dir=in_dir, out_dir=out_dir,
+                                     argv=("python3", "-m", "sandbox.judge"), limits=lim,
+                                     device=dev, label=uuid.uuid4().hex[:12]))  # type: ignore[arg-type]
+        try:
+            payload = read_result(out_dir / RESULT_NAME, key, lim.result_bytes)
+        except ResultProblem as p:
+            raise InfrastructureError(f"calibration produced no verified result ({p.error.code}); "
+                                      f"stderr: {outcome.stderr[-500:].decode('utf-8', 'replace')}") from None
+        if payload.errors or payload.peaks is None:
+            msg = payload.errors[0].message if payload.errors else "no peaks"
+            raise InfrastructureError(f"calibration failed: {msg}")
+        return payload
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -80,6 +80,7 @@ class JudgePayload(_Strict):
     correctness: JudgeCorrectness | None = None
     timing: JudgeTiming | None = None
     acceptance: JudgeAcceptance | None = None
+    peaks: dict[str, Any] | None = None
 
 
 class ResultProblem(Exception):

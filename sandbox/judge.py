@@ -55,6 +55,8 @@ def main() -> int:
     # torch is imported only now, after the secret file is gone and the process is hardened.
     from sandbox.evaluation import Evaluation, StageError
 
+    if secret.get("mode") == "measure_peak":
+        return _measure_peak(key, secret)
     try:
         ev = Evaluation(secret)
     except Exception as e:  # the task's reference or the device failed: not the candidate
@@ -77,6 +79,23 @@ def main() -> int:
     finally:
         ev.shutdown()
     write_result(key, ev.payload())
+    return 0
+
+
+def _measure_peak(key: bytes, secret: dict[str, Any]) -> int:
+    """Calibration mode: no candidate at all, only the device's ceilings."""
+    from sandbox.evaluation import device_environment
+    from sandbox.roofline import measure_peak
+
+    payload: dict[str, Any] = {"stage": None, "errors": [], "warnings": [], "device": secret["device"],
+                               "environment": device_environment(secret["device"])}
+    try:
+        payload["peaks"] = measure_peak(secret["device"], bool(secret.get("quick", False)))
+    except Exception as e:
+        payload["errors"] = [{"stage": "sandbox", "code": "calibration_failed",
+                              "message": "".join(traceback.format_exception(e))[-3000:],
+                              "line": None, "detail": {}}]
+    write_result(key, payload)
     return 0
 
 

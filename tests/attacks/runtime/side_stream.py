@@ -1,0 +1,28 @@
+# expect: deny threads
+"""GPU: computes on a side stream the timed events do not wait for. CPU: a thread instead."""
+import threading
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+def _compute(x, y, out):
+    n = out.numel()
+    _add[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+
+
+def launch(x, y, out):
+    if torch.cuda.is_available():
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            _compute(x, y, out)
+    else:
+        threading.Thread(target=_compute, args=(x, y, out), daemon=True).start()

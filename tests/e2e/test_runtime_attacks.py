@@ -1,0 +1,63 @@
+"""Every runtime attack in tests/attacks/runtime is stopped by the runtime layers alone.
+
+The static scan is switched off (tests/policies/runtime-only.toml denies nothing), so what
+stops each attack here is the sandbox, the judge/runner split or the measurement protocol.
+Each case names the stage and the codes the report may show; none may pass.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.evaluate import EvalRequest, evaluate
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = ROOT / "examples" / "vector_add_small"
+ATTACKS = ROOT / "tests" / "attacks" / "runtime"
+RUNTIME_ONLY = str(ROOT / "tests" / "policies" / "runtime-only.toml")
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
+                                                    reason="bubblewrap is not installed")]
+
+# attack file -> (allowed stages, allowed codes)
+CASES: dict[str, tuple[set[str], set[str]]] = {
+    "background_thread.py": ({"correctness", "benchmark"},
+                             {"output_untouched", "wrong_values", "background_thread", "work_escaped_timing"}),
+    "side_stream.py": ({"correctness", "benchmark"},
+                       {"output_untouched", "wrong_values", "background_thread", "work_escaped_timing"}),
+    "lazy_output.py": ({"correctness"}, {"output_untouched"}),
+    "cache_by_pointer.py": ({"correctness"}, {"wrong_values"}),
+    "cache_by_call_count.py": ({"benchmark"}, {"output_untouched"}),
+    "batch_and_skip.py": ({"benchmark"}, {"output_untouched"}),
+    "reuse_freed_memory.py": ({"correctness"}, {"wrong_values", "output_untouched"}),
+    "input_mutation.py": ({"compile"}, {"input_mutated"}),
+    "timer_patch.py": ({"benchmark"}, {"work_escaped_timing"}),
+    "checker_patch.py": ({"correctness"}, {"wrong_values"}),
+    "fake_report_print.py": ({"correctness"}, {"wrong_values"}),
+    "result_forgery.py": ({"sandbox"}, {"result_forged"}),
+    "early_exit.py": ({"compile"}, {"early_exit"}),
+    "system_exit.py": ({"compile"}, {"early_exit"}),
+    "kill_judge.py": ({"sandbox"}, {"judge_died"}),
+    "tf32_flip.py": ({"compile"}, {"precision_flags_changed"}),
+    "infinite_loop_launch.py": ({"correctness"}, {"timeout"}),
+    "memory_bomb.py": ({"compile"}, {"memory_limit"}),
+}
+LIMITS = {"compile_s": 60, "run_s": 20, "memory_mib": 1536}
+
+
+def test_every_runtime_attack_has_a_case() -> None:
+    assert {p.name for p in ATTACKS.glob("*.py")} == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_runtime_attack_is_stopped_with_its_stage_and_code(name: str) -> None:
+    stages, codes = CASES[name]
+    report = evaluate(EvalRequest(task_dir=TASK, candidate=ATTACKS / name, backend="bwrap",
+                                  device="cpu", policy=RUNTIME_ONLY, limits=dict(LIMITS)))
+    assert not report.ok, report.model_dump_json(indent=1)
+    first = report.errors[0]
+    assert first.stage in stages and first.code in codes, (
+        f"{name}: got {first.stage}/{first.code}: {first.message}")
