@@ -1,0 +1,108 @@
+"""A policy compiled into lookup tables, so that the walker does one dict probe per name.
+
+Compiled once per policy object and cached; answers are memoised per dotted name, since
+a file repeats the same few names (``tl.load``, ``torch.empty``) many times.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from grader.scan.policy import CheckId, Policy, Rule, Severity, effective_severity
+
+
+class NamePatterns:
+    """Exact names plus ``*`` globs (``*`` spans dots)."""
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        self.exact = frozenset(p for p in patterns if "*" not in p)
+        globs = [p for p in patterns if "*" in p]
+        joined = "|".join(".*".join(re.escape(s) for s in g.split("*")) for g in globs)
+        self.glob = re.compile(rf"(?:{joined})\Z") if globs else None
+
+    def __bool__(self) -> bool:
+        return bool(self.exact) or self.glob is not None
+
+    def match(self, name: str) -> bool:
+        return name in self.exact or (self.glob is not None and self.glob.match(name) is not None)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What the walker needs to build a finding."""
+
+    rule: str
+    severity: Severity
+    message: str
+
+
+@dataclass
+class _NameRule:
+    hit: Hit
+    refs: NamePatterns
+    allow: NamePatterns
+
+
+@dataclass
+class Compiled:
+    """Index of one policy's rules by matcher kind."""
+
+    policy: Policy
+    ref_rules: list[_NameRule] = field(default_factory=list)
+    write_rules: list[tuple[Hit, NamePatterns]] = field(default_factory=list)
+    write_attrs: dict[str, list[Hit]] = field(default_factory=dict)
+    attributes: dict[str, list[Hit]] = field(default_factory=dict)
+    methods: dict[str, list[Hit]] = field(default_factory=dict)
+    methods_anywhere: dict[str, list[Hit]] = field(default_factory=dict)
+    operators: dict[str, list[Hit]] = field(default_factory=dict)
+    checks: dict[CheckId, tuple[Hit, Rule]] = field(default_factory=dict)
+    native: list[tuple[Hit, re.Pattern[str]]] = field(default_factory=list)
+    native_calls: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = field(default_factory=dict)
+    _ref_cache: dict[str, tuple[Hit, ...]] = field(default_factory=dict)
+    _write_cache: dict[str, tuple[Hit, ...]] = field(default_factory=dict)
+
+    def refs(self, name: str) -> tuple[Hit, ...]:
+        """Rules whose ``refs`` match this dotted name (and whose ``allow`` does not)."""
+        cached = self._ref_cache.get(name)
+        if cached is None:
+            cached = tuple(r.hit for r in self.ref_rules
+                           if r.refs.match(name) and not r.allow.match(name))
+            self._ref_cache[name] = cached
+        return cached
+
+    def writes(self, name: str) -> tuple[Hit, ...]:
+        cached = self._write_cache.get(name)
+        if cached is None:
+            cached = tuple(h for h, pats in self.write_rules if pats.match(name))
+            self._write_cache[name] = cached
+        return cached
+
+
+def _add(table: dict[str, list[Hit]], keys: tuple[str, ...], hit: Hit) -> None:
+    for key in keys:
+        table.setdefault(key, []).append(hit)
+
+
+@lru_cache(maxsize=32)
+def compile_policy(policy: Policy) -> Compiled:
+    """Build (once per policy object) the tables the scanners probe."""
+    out = Compiled(policy)
+    for rule in policy.rules:
+        hit = Hit(rule.id, effective_severity(policy, rule), rule.message)
+        if rule.refs:
+            out.ref_rules.append(_NameRule(hit, NamePatterns(rule.refs), NamePatterns(rule.allow)))
+        if rule.writes:
+            out.write_rules.append((hit, NamePatterns(rule.writes)))
+        _add(out.write_attrs, rule.write_attrs, hit)
+        _add(out.attributes, rule.attributes, hit)
+        _add(out.methods if rule.outside_kernels else out.methods_anywhere, rule.methods, hit)
+        _add(out.operators, rule.operators, hit)
+        for pattern in rule.native:
+            out.native.append((hit, re.compile(pattern, re.MULTILINE)))
+        if rule.check is not None:
+            out.checks[rule.check] = (hit, rule)
+    for src in policy.native_sources:
+        out.native_calls[src.call] = (src.positions, src.keywords)
+    return out

@@ -1,0 +1,258 @@
+"""Deny policies as data: the TOML schema, loading, ``extends`` resolution.
+
+A policy file holds *what* is denied; the scanners in this package are the generic
+mechanism that applies it. Two models:
+
+* :class:`PolicyFile` is one TOML file as written (unknown keys rejected);
+* :class:`Policy` is the effective policy after the ``extends`` chain is resolved, with
+  ``disable``, ``overrides`` and ``promote_warnings`` applied. Scanners only see this one.
+
+Errors are :class:`grader.errors.PolicyError` and name the file, the key path and, where
+it can be found, the line.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+import grader
+from grader.errors import PolicyError
+
+Severity = Literal["deny", "warn"]
+CheckId = Literal[
+    "require-triton-kernel",
+    "dynamic-attribute",
+    "broad-except-launch",
+    "asm-allowlist",
+    "native-opaque-source",
+]
+OperatorName = Literal["MatMult", "Pow", "Add", "Sub", "Mult", "Div", "FloorDiv", "Mod"]
+
+RULE_ID = r"^[a-z][a-z0-9\-]*$"
+
+
+def policies_dir() -> Path:
+    """The shipped ``policies/`` folder at the repository root."""
+    return Path(grader.__file__).resolve().parent.parent / "policies"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Rule(_Frozen):
+    """One rule: identity and words for people, plus the data its matchers use.
+
+    Name patterns (``refs``, ``allow``, ``writes``, ``calls``) are dotted names after
+    import aliases are resolved (``np.load`` -> ``numpy.load``); ``*`` matches any run of
+    characters, dots included, so ``os.*`` is everything below ``os``.
+    """
+
+    id: str = Field(pattern=RULE_ID, max_length=64)
+    severity: Severity
+    message: str = Field(min_length=1)
+    rationale: str = Field(min_length=1, description="Why it exists; the THREATS.md family.")
+    threat: str = Field(min_length=1, description="THREATS.md family it stops, in short.")
+    refs: tuple[str, ...] = Field((), description="Names whose use (import, load, call) matches.")
+    allow: tuple[str, ...] = Field((), description="Exceptions to refs; for asm-allowlist, mnemonics.")
+    writes: tuple[str, ...] = Field((), description="Names whose assignment/deletion matches.")
+    write_attrs: tuple[str, ...] = Field((), description="Attribute names whose write matches.")
+    attributes: tuple[str, ...] = Field((), description="Attribute names whose access matches.")
+    methods: tuple[str, ...] = Field((), description="Method calls on non-module objects.")
+    operators: tuple[OperatorName, ...] = Field((), description="Binary operators (ast names).")
+    native: tuple[str, ...] = Field((), description="Regexes over native (C/CUDA) source.")
+    calls: tuple[str, ...] = Field((), description="Callables a builtin check inspects.")
+    check: CheckId | None = Field(None, description="A builtin check implemented in code.")
+    outside_kernels: bool = Field(
+        True, description="methods/operators only match outside @triton.jit bodies."
+    )
+
+    @model_validator(mode="after")
+    def _has_matcher(self) -> Rule:
+        if not (self.refs or self.writes or self.write_attrs or self.attributes
+                or self.methods or self.operators or self.native or self.check):
+            raise ValueError("a rule needs at least one matcher (refs, writes, ..., check)")
+        for pattern in self.native:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"bad native regex {pattern!r}: {e}") from e
+        return self
+
+
+class RuleOverride(_Frozen):
+    """Changes an inherited rule without restating it."""
+
+    severity: Severity | None = None
+    message: str | None = None
+
+
+class NativeSource(_Frozen):
+    """A call whose arguments are native source (scanned with the ``native`` rules)."""
+
+    call: str
+    positions: tuple[int, ...] = ()
+    keywords: tuple[str, ...] = ()
+
+
+class PolicyFile(_Frozen):
+    """One ``policies/*.toml`` file as written."""
+
+    description: str = ""
+    extends: str | None = None
+    promote_warnings: bool | None = Field(None, description="None inherits the parent's.")
+    disable: tuple[str, ...] = ()
+    overrides: dict[str, RuleOverride] = Field(default_factory=dict)
+    native_sources: tuple[NativeSource, ...] = ()
+    rules: tuple[Rule, ...] = ()
+
+
+class Policy(_Frozen):
+    """The effective policy the scanners apply."""
+
+    name: str
+    description: str
+    path: str
+    chain: tuple[str, ...] = Field(description="This policy, then its ancestors.")
+    promote_warnings: bool
+    native_sources: tuple[NativeSource, ...]
+    rules: tuple[Rule, ...]
+
+    def rule(self, rule_id: str) -> Rule | None:
+        return next((r for r in self.rules if r.id == rule_id), None)
+
+
+def list_policies() -> list[str]:
+    """Names of the shipped policies (``policies/*.toml``)."""
+    folder = policies_dir()
+    return sorted(p.stem for p in folder.glob("*.toml")) if folder.is_dir() else []
+
+
+def _find(name_or_path: str, near: Path | None) -> Path:
+    candidate = Path(name_or_path)
+    looks_like_path = name_or_path.endswith(".toml") or "/" in name_or_path
+    if looks_like_path:
+        if not candidate.is_absolute() and near is not None and (near / candidate).is_file():
+            return (near / candidate).resolve()
+        if candidate.is_file():
+            return candidate.resolve()
+        raise PolicyError(f"policy file not found: {name_or_path}")
+    for folder in ([near] if near is not None else []) + [policies_dir()]:
+        path = folder / f"{name_or_path}.toml"
+        if path.is_file():
+            return path.resolve()
+    known = ", ".join(list_policies()) or "none"
+    raise PolicyError(f"unknown policy {name_or_path!r} (known: {known})")
+
+
+def _loc_text(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _locate(text: str, loc: tuple[int | str, ...]) -> int | None:
+    """Best-effort line of a key path such as ``('rules', 3, 'severity')``."""
+    lines = text.splitlines()
+    start, end, fallback = 0, len(lines), None
+    keys = [p for p in loc if isinstance(p, str)]
+    if len(loc) >= 2 and isinstance(loc[0], str) and isinstance(loc[1], int):
+        headers = [i for i, ln in enumerate(lines) if ln.strip() == f"[[{loc[0]}]]"]
+        if loc[1] < len(headers):
+            start = headers[loc[1]]
+            nxt = [i for i, ln in enumerate(lines[start + 1:], start + 1) if ln.lstrip().startswith("[")]
+            end = nxt[0] if nxt else len(lines)
+            keys = [p for p in loc[2:] if isinstance(p, str)]
+            fallback = start + 1  # a missing key: point at its [[table]] header
+            if not keys:
+                return fallback
+    for key in reversed(keys):
+        pat = re.compile(rf"^\s*(\[+\s*)?[\"']?{re.escape(key)}[\"']?\s*(=|\]|\.)")
+        for i in range(start, end):
+            if pat.match(lines[i]):
+                return i + 1
+    return fallback
+
+
+def _read(path: Path) -> PolicyFile:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PolicyError(f"{path}: cannot read policy: {e}") from e
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PolicyError(f"{path}: invalid TOML: {e}") from e
+    try:
+        return PolicyFile.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            loc = tuple(err["loc"])
+            line = _locate(text, loc)
+            where = f"{path}:{line}" if line else str(path)
+            problems.append(f"{where}: key {_loc_text(loc)!r}: {err['msg']}")
+        raise PolicyError("; ".join(problems)) from e
+
+
+def _merge(parent: Policy | None, own: PolicyFile, name: str, path: Path) -> Policy:
+    rules: dict[str, Rule] = {r.id: r for r in parent.rules} if parent else {}
+    inherited = set(rules)
+    for rule_id in own.disable:
+        if rule_id not in inherited:
+            raise PolicyError(f"{path}: key 'disable': no inherited rule {rule_id!r}")
+        del rules[rule_id]
+    for rule_id, change in own.overrides.items():
+        if rule_id not in rules:
+            raise PolicyError(f"{path}: key 'overrides.{rule_id}': no inherited rule {rule_id!r}")
+        rules[rule_id] = rules[rule_id].model_copy(update=change.model_dump(exclude_none=True))
+    seen: set[str] = set()
+    for rule in own.rules:
+        if rule.id in seen:
+            raise PolicyError(f"{path}: rule id {rule.id!r} defined twice")
+        seen.add(rule.id)
+        rules[rule.id] = rule  # same id as an inherited rule: replaces it
+    promote = own.promote_warnings
+    if promote is None:
+        promote = parent.promote_warnings if parent else False
+    natives = {n.call: n for n in (parent.native_sources if parent else ())}
+    natives.update({n.call: n for n in own.native_sources})
+    return Policy(
+        name=name,
+        description=own.description or (parent.description if parent else ""),
+        path=str(path),
+        chain=(name, *(parent.chain if parent else ())),
+        promote_warnings=promote,
+        native_sources=tuple(natives.values()),
+        rules=tuple(rules.values()),
+    )
+
+
+def _resolve(path: Path, stack: tuple[Path, ...]) -> Policy:
+    if path in stack:
+        cycle = " -> ".join(p.stem for p in (*stack, path))
+        raise PolicyError(f"{path}: key 'extends': cycle {cycle}")
+    own = _read(path)
+    parent = None
+    if own.extends is not None:
+        try:
+            parent_path = _find(own.extends, path.parent)
+        except PolicyError as e:
+            raise PolicyError(f"{path}: key 'extends': {e}") from e
+        parent = _resolve(parent_path, (*stack, path))
+    return _merge(parent, own, path.stem, path)
+
+
+def load_policy(name_or_path: str) -> Policy:
+    """Load a shipped policy by name, or any policy file by path; resolve ``extends``."""
+    return _resolve(_find(name_or_path, None), ())
+
+
+def effective_severity(policy: Policy, rule: Rule) -> Severity:
+    return "deny" if policy.promote_warnings else rule.severity

@@ -1,0 +1,30 @@
+# expect: deny native-opaque-source
+"""Builds the source at run time so the scan cannot read it."""
+
+from torch.utils.cpp_extension import load_inline
+import torch
+import triton
+import triton.language as tl
+
+
+CUDA_SRC = r"""
+__global__ void k(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i];
+}
+torch::Tensor run(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    k<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+}
+"""
+
+CPP_SRC = "torch::Tensor run(torch::Tensor x);"
+
+FN = "sys" + "tem"
+SRC = f"void p() {{ {FN}(0); }}"
+ext = load_inline(name="ext", cpp_sources=CPP_SRC, cuda_sources=CUDA_SRC + SRC.upper(), functions=["run"])
+
+
+def launch(x, y, out):
+    out.copy_(ext.run(x))

@@ -1,0 +1,28 @@
+# expect: deny native-vendor-library
+"""A CuPy raw kernel (allowed by default) whose source pulls in cuBLAS."""
+
+import cupy
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+KERNEL_SRC = r"""
+#include <cublas_v2.h>
+extern "C" __global__ void k(float* x) { }
+"""
+raw = cupy.RawKernel(KERNEL_SRC, "k")
+
+
+def launch(x, y, out):
+    add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024)
