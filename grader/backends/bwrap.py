@@ -47,6 +47,9 @@ log = structlog.get_logger("kgrader.bwrap")
 HARNESS_SRC = Path(__file__).resolve().parents[2] / "sandbox"
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group",
               "localtime", "alternatives")
+_GPU_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",
+            "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+            "ROCM_PATH", "HIP_PATH")
 _GPU_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "kfd")
 
 
@@ -153,8 +156,13 @@ class BwrapBackend(SandboxBackend):
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": SCRATCH_MOUNT, "TMPDIR": SCRATCH_MOUNT,
                "PYTHONPATH": HARNESS_MOUNT, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
                "LANG": "C.UTF-8", **spec.env}
+        if spec.device != "cpu":
+            # The driver's and toolkit's locations, and the host's NVLink-multicast opt-outs.
+            for key in _GPU_ENV:
+                if key in os.environ:
+                    env.setdefault(key, os.environ[key])
         if spec.device == "cuda":
-            env.setdefault("CUDA_VISIBLE_DEVICES", ",".join(spec.gpu_ids) or "0")
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpu_ids) or "0"
         for k, v in sorted(env.items()):
             a += ["--setenv", k, v]
         a += ["--chdir", SCRATCH_MOUNT, "--", self.setpriv, f"--reuid={SANDBOX_UID}",

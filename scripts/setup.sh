@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Set up kgrader on a fresh Debian/Ubuntu machine (run as root): bubblewrap, PyTorch
+# (the CPU build when the machine has no NVIDIA GPU), Triton, and kgrader itself.
+#
+#   scripts/setup.sh           what `kgrader run` needs (embedded bwrap backend)
+#   scripts/setup.sh --dev     plus the test tools, the docker engine + sandbox image,
+#                              Chromium (leaderboard page test) and Ray
+#
+# Idempotent: a second run only checks. Uses the interpreter `python3` on PATH (set
+# PYTHON to choose another); kgrader binds that interpreter read-only into the sandbox.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
+DEV=0
+[[ "${1:-}" == "--dev" ]] && DEV=1
+T0=$SECONDS
+step() { printf '[setup +%3ss] %s\n' "$((SECONDS - T0))" "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "run as root: it installs packages, and the bwrap backend builds namespaces as root"
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null || die "$PY must be Python >= 3.11"
+
+apt_missing=()
+command -v bwrap >/dev/null || apt_missing+=(bubblewrap)
+command -v setpriv >/dev/null || apt_missing+=(util-linux)
+if ((DEV)); then
+    command -v chromium >/dev/null || apt_missing+=(chromium)
+fi
+if ((${#apt_missing[@]})); then
+    step "apt-get install ${apt_missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends "${apt_missing[@]}" >/dev/null
+fi
+
+# PyTorch: a bare `torch` requirement pulls a multi-GB CUDA build. Without an NVIDIA GPU
+# pin the CPU build this machine kind carries; with one, keep whatever is installed.
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+    if ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+        die "install a CUDA build of torch for this GPU first (see README: 'On a GPU host')"
+    fi
+    step "pip install torch==${KGRADER_TORCH:-2.13.0} (CPU build)"
+    "$PY" -m pip install -q "torch==${KGRADER_TORCH:-2.13.0}"
+fi
+"$PY" -c 'import triton' 2>/dev/null || { step "pip install triton"; "$PY" -m pip install -q triton; }
+
+extras="mcp"
+((DEV)) && extras="dev,mcp,leaderboard"
+step "pip install -e .[$extras]"
+"$PY" -m pip install -q -e "$REPO[$extras]"
+
+if ((DEV)); then
+    step "docker engine and sandbox image"
+    bash "$REPO/scripts/docker-setup.sh"
+fi
+step "done: $("$PY" -m grader.cli --version)"
