@@ -146,7 +146,8 @@ class BwrapBackend(SandboxBackend):
             a += ["--dev-bind", node, node]
         if spec.device != "cpu":
             a += ["--ro-bind", "/sys", "/sys"]
-            for extra in ("/usr/local/nvidia", "/usr/local/cuda", "/opt/rocm"):
+            # Driver/toolkit folders outside /usr (those under it are already bound).
+            for extra in ("/opt/rocm", "/opt/nvidia"):
                 if Path(extra).exists():
                     a += [*_mkdirs(extra), "--ro-bind", extra, extra]
         a += [*_mkdirs(HARNESS_MOUNT + "/sandbox"), "--ro-bind", str(HARNESS_SRC), HARNESS_MOUNT + "/sandbox"]
