@@ -1,0 +1,115 @@
+"""CLI commands of the docker backend: ``kgrader image build`` and ``kgrader sandbox cleanup``.
+
+:func:`register` adds them to the main ``kgrader`` group; the module also runs on its own
+(``python -m grader.cli_docker image build ...``) so that ``scripts/docker-setup.sh``
+works before the package is installed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from grader.errors import KgraderError
+from grader.images import FLAVORS, BuildRequest, Flavor, build_image
+
+
+def _fail(exc: KgraderError) -> NoReturn:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(2)
+
+
+@click.group("image")
+def image_group() -> None:
+    """Sandbox images (built locally; kgrader never pulls)."""
+
+
+@image_group.command("build")
+@click.option("--flavor", type=click.Choice(FLAVORS), default="cuda", show_default=True)
+@click.option("--base", default=None, help="BASE_IMAGE build arg (cpu: kgrader/base:bookworm).")
+@click.option("--tag", default=None, help="Image tag (default: kgrader/<flavor>:latest).")
+@click.option(
+    "--wheels",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Directory of wheels (torch, triton, numpy, deps) to install into the image.",
+)
+@click.option("--force", is_flag=True, help="Rebuild even when the content hash matches.")
+@click.option("--pull", "allow_pull", is_flag=True, help="Let docker pull a missing base.")
+@click.option("--quiet", "-q", is_flag=True, help="Do not stream build output.")
+def build_cmd(
+    flavor: Flavor,
+    base: str | None,
+    tag: str | None,
+    wheels: Path | None,
+    force: bool,
+    allow_pull: bool,
+    quiet: bool,
+) -> None:
+    """Build the sandbox image for FLAVOR (skipped when already up to date)."""
+    req = BuildRequest(
+        flavor=flavor, base=base, tag=tag, wheels=wheels, force=force, allow_pull=allow_pull
+    )
+
+    def progress(line: str) -> None:
+        if not quiet:
+            click.echo(f"  {line}")
+
+    try:
+        result = build_image(req, progress)
+    except KgraderError as exc:
+        _fail(exc)
+    state = "up to date" if result.skipped else "built"
+    click.echo(
+        f"{result.tag}: {state} ({result.image_id[:19]}, content {result.content_hash[:12]})"
+    )
+
+
+@click.group("sandbox")
+def sandbox_group() -> None:
+    """Sandbox maintenance."""
+
+
+@sandbox_group.command("cleanup")
+@click.option(
+    "--all", "include_live", is_flag=True, help="Also remove containers of runs in progress."
+)
+def cleanup_cmd(include_live: bool) -> None:
+    """Remove the containers kgrader left behind (label kgrader=1).
+
+    Containers whose owning kgrader process still runs on this host are kept unless --all.
+    """
+    from grader.backends.docker import DockerBackend
+
+    try:
+        removed = DockerBackend().cleanup(include_live=include_live)
+    except KgraderError as exc:
+        _fail(exc)
+    click.echo(f"removed {removed} container(s)")
+
+
+def register(cli: click.Group) -> None:
+    """Add ``image`` and ``sandbox`` command groups to the main ``kgrader`` group.
+
+    If the main CLI already has a ``sandbox`` group, ``cleanup`` is added to it instead.
+    """
+    cli.add_command(image_group)
+    existing = cli.commands.get("sandbox")
+    if isinstance(existing, click.Group):
+        existing.add_command(cleanup_cmd)
+    else:
+        cli.add_command(sandbox_group)
+
+
+@click.group()
+def _standalone() -> None:
+    """kgrader docker commands (standalone entry point)."""
+
+
+register(_standalone)
+
+if __name__ == "__main__":
+    _standalone()
