@@ -1,0 +1,201 @@
+"""CLI for the agent tools: ``tool``, ``tools schema``, ``mcp``, ``workspace init``,
+the mirrors ``compile|bench|profile|accept`` and ``calibrate``.
+
+Thin: parses arguments, calls :mod:`grader.tools` / :mod:`grader.hardware`, prints JSON
+on stdout. Exit codes: 0 the tool's ``ok`` is true; 1 it is false (the candidate failed
+or was rejected); 2 unusable input (bad JSON, unknown tool, no workspace) or an
+infrastructure fault outside a tool, with a one-line ``error:`` on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from grader.errors import InfrastructureError, KgraderError
+
+F = TypeVar("F", bound=Callable[..., Any])
+_BACKENDS = click.Choice(["auto", "bwrap", "docker"])
+_DEVICES = click.Choice(["auto", "cpu", "cuda", "rocm"])
+
+
+def register(cli: click.Group) -> None:
+    """Add the tool, tools, mcp, workspace, compile/bench/profile/accept and calibrate commands."""
+    for cmd in (tool_cmd, tools_group, mcp_cmd, workspace_group, calibrate_cmd, *_MIRRORS):
+        cli.add_command(cmd)
+
+
+def _fail(message: str, kind: str = "error") -> NoReturn:
+    click.echo(f"{kind}: {message}", err=True)
+    sys.exit(2)
+
+
+def _errors_exit_2(func: F) -> F:
+    """kgrader's own errors become one ``error:`` line and exit code 2."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except KgraderError as e:
+            _fail(str(e), "infrastructure error" if isinstance(e, InfrastructureError) else "error")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _emit(result: dict[str, Any]) -> NoReturn:
+    click.echo(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    sys.exit(0 if result.get("ok") else 1)
+
+
+_workspace_opt = click.option("--workspace", "-w", required=True,
+                              type=click.Path(path_type=Path, file_okay=False),
+                              help="Workspace folder (made by `kgrader workspace init`).")
+
+
+# --- kgrader tool / tools schema ------------------------------------------------------
+
+
+@click.command("tool")
+@click.argument("name")
+@_workspace_opt
+@click.option("--args", "args_json", default="{}", show_default=True,
+              help="Tool arguments as a JSON object, or @FILE to read the JSON from FILE.")
+@_errors_exit_2
+def tool_cmd(name: str, workspace: Path, args_json: str) -> None:
+    """Run agent tool NAME on the workspace; print its JSON return."""
+    from grader.tools import call_tool, check_args
+
+    text = args_json
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            _fail(f"cannot read --args file {text[1:]}: {e}")
+    try:
+        args = json.loads(text)
+    except json.JSONDecodeError as e:
+        _fail(f"--args is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
+    check_args(name, args)  # unknown tool or wrong arguments: exit 2 before any work
+    _emit(call_tool(workspace, name, args))
+
+
+@click.group("tools")
+def tools_group() -> None:
+    """The agent tools' definitions."""
+
+
+@tools_group.command("schema")
+def tools_schema() -> None:
+    """Print the tools' JSON schemas (function-calling format)."""
+    from grader.tools import tool_schemas
+
+    click.echo(json.dumps(tool_schemas(), indent=2))
+
+
+@click.command("mcp")
+@_workspace_opt
+@_errors_exit_2
+def mcp_cmd(workspace: Path) -> None:
+    """Serve the agent tools for WORKSPACE over MCP (stdio transport)."""
+    try:
+        from grader.mcp_server import build_server
+    except ImportError as e:  # pragma: no cover - the optional dependency is missing
+        _fail(f"the MCP server needs the `mcp` package (pip install 'kgrader[mcp]'): {e}")
+    build_server(workspace).run("stdio")
+
+
+# --- kgrader workspace init -----------------------------------------------------------
+
+
+@click.group("workspace")
+def workspace_group() -> None:
+    """Set up agent-tool workspaces."""
+
+
+@workspace_group.command("init")
+@click.argument("directory", metavar="DIR", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--task", "task_dir", required=True, type=click.Path(path_type=Path),
+              help="Task folder (task.json + reference.py) the workspace is fixed to.")
+@click.option("--backend", type=_BACKENDS, default="auto", show_default=True)
+@click.option("--device", type=_DEVICES, default="auto", show_default=True)
+@click.option("--policy", help="Policy name or path (default: the task's).")
+@click.option("--quick-calibration", is_flag=True, help="Use the short peak calibration.")
+@click.option("--force", is_flag=True, help="Overwrite an existing kgrader.json.")
+@_errors_exit_2
+def workspace_init(directory: Path, task_dir: Path, backend: str, device: str, policy: str | None,
+                   quick_calibration: bool, force: bool) -> None:
+    """Create workspace DIR fixed to TASK_DIR; print its kgrader.json."""
+    from grader.tools import init_workspace
+
+    ws = init_workspace(directory, task_dir, backend=backend, device=device, policy=policy,
+                        quick_calibration=quick_calibration, force=force)
+    click.echo(ws.config.model_dump_json(indent=2))
+
+
+# --- mirrors: kgrader compile|bench|profile|accept --workspace DIR FILE ---------------
+
+
+def _mirror(cmd_name: str, tool: str) -> click.Command:
+    @click.command(cmd_name, help=f"Run the {tool} tool on FILE's source; print its JSON return.")
+    @_workspace_opt
+    @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+    @_errors_exit_2
+    def command(workspace: Path, file: Path) -> None:
+        from grader.scan import read_candidate
+        from grader.tools import call_tool
+
+        _emit(call_tool(workspace, tool, {"source": read_candidate(file)}))
+
+    return command
+
+
+_MIRRORS = tuple(_mirror(c, t) for c, t in (("compile", "compile_kernel"), ("bench", "bench_kernel"),
+                                             ("profile", "profile_kernel"),
+                                             ("accept", "accept_candidate")))
+
+
+# --- kgrader calibrate ----------------------------------------------------------------
+
+
+@click.command("calibrate")
+@click.option("--backend", type=_BACKENDS, default="auto", show_default=True)
+@click.option("--device", type=_DEVICES, default="auto", show_default=True)
+@click.option("--refresh", is_flag=True, help="Measure even when the cache has an entry.")
+@click.option("--quick", is_flag=True, help="Short calibration (smaller buffers, fewer reps).")
+@click.option("--hardware", type=click.Path(path_type=Path, dir_okay=False),
+              help="Cache file (default: $KGRADER_HARDWARE or ~/.cache/kgrader/hardware.json).")
+@click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON.")
+@_errors_exit_2
+def calibrate_cmd(backend: str, device: str, refresh: bool, quick: bool, hardware: Path | None,
+                  as_json: bool) -> None:
+    """Measure (or read from the cache) the device's copy bandwidth and matmul peaks."""
+    from grader.hardware import get_peaks
+
+    cal = get_peaks(backend, device, refresh=refresh, quick=quick, path=hardware)
+    if as_json:
+        click.echo(cal.model_dump_json(indent=2))
+        return
+    source = "cache" if cal.cached else "measured now"
+    table = Table(title=f"peaks: {cal.device} via {cal.backend} ({source}, "
+                        f"{'quick' if cal.quick else 'full'}, {cal.measured_at})")
+    table.add_column("ceiling")
+    table.add_column("value", justify="right")
+    peaks = cal.peaks
+    table.add_row("copy bandwidth", f"{peaks.get('bandwidth_gbps', float('nan')):.4g} GB/s")
+    per = peaks.get("matmul_tflops") or {}
+    for dtype, value in per.items():
+        table.add_row(f"matmul {dtype}", f"{value:.4g} TFLOP/s")
+    env = cal.environment
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console.print(table)
+    console.print(f"device {env.get('device_name', '?')}  torch {env.get('torch', '?')}  "
+                  f"triton {env.get('triton', '?')}  key {cal.probe_key[:12]}")
