@@ -105,7 +105,9 @@ class BwrapBackend(SandboxBackend):
         self.setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
 
     def python(self) -> str:
-        return str(Path(sys.executable).resolve())
+        # Not resolved: a virtual environment's bin/python is a symlink to the base
+        # interpreter, and only the unresolved path finds the environment's packages.
+        return sys.executable
 
     def check_available(self, device: Device) -> None:
         if not shutil.which(self.bwrap) and not Path(self.bwrap).is_file():
