@@ -7,6 +7,7 @@ import math
 import mmap
 import os
 import platform
+import re
 import random
 import time
 from typing import Any
@@ -53,9 +54,10 @@ def _driver_version() -> str | None:
     try:
         with open("/proc/driver/nvidia/version") as f:
             first = f.readline()
-        return first.split("Kernel Module")[1].split()[0] if "Kernel Module" in first else first.strip()
-    except (OSError, IndexError):
+    except OSError:
         return None
+    m = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", first)
+    return m.group(1) if m else first.strip()[:80]
 
 
 class Side:

@@ -82,6 +82,22 @@ def _mkdirs(dest: str) -> list[str]:
     return args
 
 
+def _libcuda_dir() -> str | None:
+    """Folder of the host's libcuda.so.1 (from LD_LIBRARY_PATH, the linker cache, or usual places)."""
+    candidates = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
+        candidates += [line.split("=>")[-1].strip().rsplit("/", 1)[0]
+                       for line in out.splitlines() if "libcuda.so.1" in line]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    candidates += ["/usr/local/nvidia/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/wsl/lib"]
+    for d in candidates:
+        if Path(d, "libcuda.so.1").exists():
+            return d
+    return None
+
+
 def gpu_nodes(device: Device, gpu_ids: tuple[str, ...]) -> list[str]:
     """Device nodes to bind: the control nodes plus only the selected GPUs."""
     if device == "cpu":
@@ -166,6 +182,11 @@ class BwrapBackend(SandboxBackend):
                     env.setdefault(key, os.environ[key])
         if spec.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpu_ids) or "0"
+            libcuda = _libcuda_dir()
+            if libcuda and "TRITON_LIBCUDA_PATH" not in env:
+                # Triton finds libcuda with `ldconfig -p`, which cannot run as uid 65534 in
+                # the sandbox; tell it where the host's driver library is instead.
+                env["TRITON_LIBCUDA_PATH"] = libcuda
         for k, v in sorted(env.items()):
             a += ["--setenv", k, v]
         a += ["--chdir", SCRATCH_MOUNT, "--", self.setpriv, f"--reuid={SANDBOX_UID}",
