@@ -7,8 +7,8 @@ import math
 import mmap
 import os
 import platform
-import re
 import random
+import re
 import time
 from typing import Any
 
