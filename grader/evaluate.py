@@ -195,28 +195,32 @@ def _no_result_error(err: StageError, outcome: SandboxOutcome) -> StageError:
     return err
 
 
-def measure_peak(backend: str = "auto", device: str = "auto", quick: bool = False,
-                 limits: Limits | None = None) -> JudgePayload:
-    """Run the judge in calibration mode: the device's copy bandwidth and matmul peaks.
+def run_judge_mode(secret: dict[str, object], files: dict[str, str], *, backend: str = "auto",
+                   device: str = "auto", limits: Limits | None = None) -> JudgePayload:
+    """Run the judge in a special mode (``measure_peak``, ``calibrate``) and verify its record.
 
-    Returns the verified payload (``peaks`` and ``environment``); raises
-    :class:`InfrastructureError` when the sandbox cannot produce a verified record.
+    ``files`` land read-only in ``/kg/in``. Raises :class:`InfrastructureError` when the
+    sandbox produces no verified record.
     """
     from grader.errors import InfrastructureError
 
     dev = detect_device() if device == "auto" else device
     be = select_backend(backend, dev)  # type: ignore[arg-type]
     lim = limits or Limits(compile_s=60, run_s=600, memory_mib=8192)
-    root = Path(tempfile.mkdtemp(prefix="kgrader-peak-"))
+    root = Path(tempfile.mkdtemp(prefix="kgrader-mode-"))
     root.chmod(0o755)
     in_dir, out_dir = root / "in", root / "out"
     in_dir.mkdir(mode=0o755)
     out_dir.mkdir(mode=0o700)
+    for name, src in files.items():
+        (in_dir / name).write_text(src, encoding="utf-8")
+        (in_dir / name).chmod(0o444)
     key = secrets.token_bytes(32)
     sp = out_dir / SECRET_NAME
     fd = os.open(sp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump({"key": key.hex(), "mode": "measure_peak", "device": dev, "quick": quick}, f)
+        json.dump({**secret, "key": key.hex(), "device": dev, "limits": lim.model_dump(),
+                   "phase_seed": secrets.randbits(62)}, f)
     if os.geteuid() == 0:
         os.chown(sp, SANDBOX_UID, SANDBOX_GID)
         os.chown(out_dir, SANDBOX_UID, SANDBOX_GID)
@@ -227,11 +231,26 @@ def measure_peak(backend: str = "auto", device: str = "auto", quick: bool = Fals
         try:
             payload = read_result(out_dir / RESULT_NAME, key, lim.result_bytes)
         except ResultProblem as p:
-            raise InfrastructureError(f"calibration produced no verified result ({p.error.code}); "
-                                      f"stderr: {outcome.stderr[-500:].decode('utf-8', 'replace')}") from None
-        if payload.errors or payload.peaks is None:
-            msg = payload.errors[0].message if payload.errors else "no peaks"
-            raise InfrastructureError(f"calibration failed: {msg}")
+            raise InfrastructureError(f"judge mode {secret.get('mode')} produced no verified result "
+                                      f"({p.error.code}); stderr: "
+                                      f"{outcome.stderr[-800:].decode('utf-8', 'replace')}") from None
         return payload
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def measure_peak(backend: str = "auto", device: str = "auto", quick: bool = False,
+                 limits: Limits | None = None) -> JudgePayload:
+    """Run the judge in calibration mode: the device's copy bandwidth and matmul peaks.
+
+    Returns the verified payload (``peaks`` and ``environment``); raises
+    :class:`InfrastructureError` when the sandbox cannot produce a verified record.
+    """
+    from grader.errors import InfrastructureError
+
+    payload = run_judge_mode({"mode": "measure_peak", "quick": quick}, {}, backend=backend,
+                             device=device, limits=limits)
+    if payload.errors or payload.peaks is None:
+        msg = payload.errors[0].message if payload.errors else "no peaks"
+        raise InfrastructureError(f"calibration failed: {msg}")
+    return payload

@@ -81,6 +81,7 @@ class JudgePayload(_Strict):
     timing: JudgeTiming | None = None
     acceptance: JudgeAcceptance | None = None
     peaks: dict[str, Any] | None = None
+    calibration: dict[str, Any] | None = None
 
 
 class ResultProblem(Exception):

@@ -142,6 +142,7 @@ class Evaluation:
         tensors = self.task["tensors"]
         self.specs = {t["name"]: t for t in tensors}
         all_dims = self.task["shapes"]["tune"] + self.task["shapes"]["hidden"]
+        self.base_threads = -1
         self.nbytes = max(total_bytes(layout(tensors, d)) for d in all_dims)
 
     # ---- plumbing -------------------------------------------------------------------
@@ -193,6 +194,10 @@ class Evaluation:
         except RunnerFailure as e:
             raise self._fail(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
+        if stage in ("benchmark", "accept") and (reply.get("streams") or reply.get("stream_ok") is False):
+            raise StageError(stage, "side_stream",
+                             f"the candidate created {reply.get('streams')} CUDA stream(s) or left the "
+                             "timed stream: its work would escape the timed events")
         if reply.get("flags_ok") is False:
             raise StageError(stage, "precision_flags_changed",
                              "the candidate changed the pinned TF32 / precision flags")

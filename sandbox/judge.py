@@ -66,7 +66,13 @@ def main() -> int:
                                        "line": None, "detail": {}}]})
         return 0
     try:
-        ev.run()
+        if secret.get("mode") == "calibrate":
+            from sandbox.calibration import run_calibration
+
+            ev.stage = "accept"
+            ev.result["calibration"] = run_calibration(ev)
+        else:
+            ev.run()
     except StageError as e:
         ev.errors.append(e.error)
     except RunnerFailure as e:  # pragma: no cover - evaluation converts these itself

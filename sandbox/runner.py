@@ -56,6 +56,8 @@ class Runner:
         self.timer: Timer | None = None
         self._views: dict[str, list[torch.Tensor]] = {}
         self.allow_tf32 = False
+        self.streams_created = 0
+        self.default_stream: Any = None
 
     def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
         if self.device == "cpu":
@@ -70,7 +72,28 @@ class Runner:
         self.timer = Timer(self.device, msg.get("cache", "hot"), msg.get("flush_mib"))
         return {"ok": True, "flush_bytes": self.timer.flush_nbytes, "threads": thread_count()}
 
+    def _guard_streams(self) -> None:
+        """Count CUDA streams the candidate creates: timed work must stay on the timed stream.
+
+        Python-level only (native code could bypass it); the static scan and the judge's
+        wall-clock cross-check are the other layers.
+        """
+        if self.device != "cuda":
+            return
+        real = torch.cuda.Stream
+        runner = self
+
+        class CountedStream(real):  # type: ignore[misc,valid-type]
+            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+                runner.streams_created += 1
+                return super().__new__(cls, *args, **kwargs)
+
+        torch.cuda.Stream = CountedStream  # type: ignore[misc]
+        torch.cuda.streams.Stream = CountedStream  # type: ignore[misc]
+        self.default_stream = torch.cuda.current_stream()
+
     def load(self) -> dict[str, Any]:
+        self._guard_streams()
         try:
             spec = importlib.util.spec_from_file_location("candidate", self.path)
             if spec is None or spec.loader is None:
@@ -124,8 +147,9 @@ class Runner:
             return _error(_classify(e), e, self.path)
         flags_ok = (torch.backends.cuda.matmul.allow_tf32 == self.allow_tf32
                     and torch.backends.cudnn.allow_tf32 == self.allow_tf32)
+        stream_ok = self.default_stream is None or torch.cuda.current_stream() == self.default_stream
         return {"ok": True, "ms": ms, "wall_ms": wall, "threads": thread_count(),
-                "flags_ok": flags_ok}
+                "flags_ok": flags_ok, "streams": self.streams_created, "stream_ok": stream_ok}
 
     def serve(self) -> None:
         while True:

@@ -102,12 +102,16 @@ class Comparison:
 
 def compare(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
             max_mismatch_fraction: float) -> Comparison:
-    """Element-wise ``|a - e| <= atol + rtol * |e|`` in float64; NaN only matches NaN."""
+    """Element-wise ``|a - e| <= atol + rtol * |e|``; NaN only matches NaN.
+
+    Runs on the tensors' device (float64 there), so a GPU check moves only a few scalars to
+    the host, never the whole output.
+    """
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
         return Comparison(False, None, None, 1.0, {"index": [], "expected": None, "actual": None,
                                                    "why": "shape or dtype changed"})
-    a = actual.detach().to("cpu", torch.float64)
-    e = expected.detach().to("cpu", torch.float64)
+    a = actual.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
     diff = (a - e).abs()
     both_nan = a.isnan() & e.isnan()
     same_inf = a.isinf() & e.isinf() & (a == e)
@@ -115,9 +119,11 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: flo
     n = max(1, bad.numel())
     nbad = int(bad.sum())
     finite = ~(a.isnan() | e.isnan() | a.isinf() | e.isinf())
-    max_abs = float(diff[finite].max()) if bool(finite.any()) else None
+    any_finite = bool(finite.any())
+    zero = torch.zeros((), dtype=torch.float64, device=a.device)
+    max_abs = float(torch.where(finite, diff, zero).max()) if any_finite else None
     rel = diff / e.abs().clamp_min(1e-12)
-    max_rel = float(rel[finite].max()) if bool(finite.any()) else None
+    max_rel = float(torch.where(finite, rel, zero).max()) if any_finite else None
     frac = nbad / n
     first = None
     if nbad:

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""How good are kgrader's numbers? A/A false accepts, power, spread, cheats, overhead.
+
+Writes one JSON file (raw decisions included) and prints a summary table. Everything
+runs through the real sandbox (bwrap) and the real judge/runner protocol:
+
+1. A/A: the same source as current and candidate (separately loaded runners and buffers),
+   ``--aa`` decisions of ``--pairs`` pairs per workload; the false-accept rate of each rule
+   and the 95% spread of the measured speed-up at 100 pairs.
+2. Injected slowdowns of 1% and 2% (the current does that much calibrated extra memory
+   work in the same kernel): detection power within 50 pairs, and mean pairs to a decision.
+3. Timing cheats (side stream, background thread, batch-and-skip, lazy output), each
+   graded by the full pipeline with the static scan off: caught means "did not pass".
+4. Overhead: grader wall time per evaluation against the kernel time it measured.
+Plus ``examples/vector_add`` graded on the device, against the calibrated copy bandwidth.
+
+Usage (GPU host):  python3 bench/calibration.py --device cuda --out bench/results/calibration.json
+Quick CPU check:   python3 bench/calibration.py --device cpu --quick --out /tmp/cal.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from grader.evaluate import EvalRequest, evaluate, measure_peak, run_judge_mode  # noqa: E402
+from grader.limits import Limits  # noqa: E402
+from grader.task import load_task  # noqa: E402
+from sandbox.stats import SequentialSignTest, seed_rule  # noqa: E402
+
+KERNEL = '''import torch
+import triton
+import triton.language as tl
+
+EXTRA = {extra}
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, s_ptr, n, n_total, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2.0, mask=m)
+    # Programs past n do calibrated extra memory work on a scratch buffer.
+    e = offs - n
+    me = (offs >= n) & (offs < n_total)
+    v = tl.load(s_ptr + e, mask=me, other=0.0)
+    tl.store(s_ptr + e, v + 1.0, mask=me)
+
+
+_scratch = {{}}
+
+
+def _run(x, y):
+    n = x.numel()
+    extra = int(n * EXTRA)
+    s = _scratch.get((extra, x.device))
+    if s is None:
+        s = _scratch[(extra, x.device)] = torch.zeros(max(extra, 1), device=x.device)
+    _scale[(triton.cdiv(n + extra, 4096),)](x, y, s, n, n + extra, BLOCK=4096)
+
+
+_calls = [0]
+'''
+LAUNCH = {
+    "honest": "def launch(x, y):\n    _run(x, y)\n",
+    "side_stream": ("import threading\n\n\ndef launch(x, y):\n    if torch.cuda.is_available():\n        s = torch.cuda.Stream()\n"
+                    "        with torch.cuda.stream(s):\n            _run(x, y)\n    else:\n"
+                    "        threading.Thread(target=_run, args=(x, y)).start()\n"),
+    "background_thread": "import threading\n\n\ndef launch(x, y):\n    threading.Thread(target=_run, args=(x, y)).start()\n",
+    "batch_and_skip": ("def launch(x, y):\n    _calls[0] += 1\n"
+                       "    if _calls[0] <= 12 or _calls[0] % 2 == 0:\n        _run(x, y)\n"),
+    "lazy_output": ("class _Lazy:\n    def __init__(self, *a):\n        self.a = a\n\n"
+                    "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+                    "        _run(*self.a)\n        return NotImplemented\n\n\n"
+                    "def launch(x, y):\n    return _Lazy(x, y)\n"),
+}
+REFERENCE = "def launch(x, y):\n    y.copy_(x * 2.0)\n"
+
+
+def source(kind: str, extra: float = 0.0) -> str:
+    return KERNEL.format(extra=extra) + "\n\n" + LAUNCH[kind]
+
+
+def make_task(root: Path, name: str, n: int, bench: dict[str, Any], check: float = 1.0) -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    spec = {"name": name, "tensors": [
+        {"name": "x", "role": "input", "dtype": "float32", "shape": ["N"]},
+        {"name": "y", "role": "output", "dtype": "float32", "shape": ["N"]}],
+        "shapes": {"tune": [{"N": n}], "hidden": []},
+        "correctness": {"seeds": [1], "atol": 1e-6, "rtol": 1e-6, "timed_check_fraction": check},
+        "benchmark": bench, "cost_model": {"bytes": "8*N", "flops": "N"},
+        "acceptance": {"rule": "controlled", "pairs": 30, "looks": [25, 50, 100]},
+        "limits": {"compile_s": 120, "run_s": 560, "memory_mib": 16384}, "policy": "default"}
+    (d / "task.json").write_text(json.dumps(spec, indent=1))
+    (d / "reference.py").write_text(REFERENCE)
+    return d
+
+
+def analyse(decisions: list[dict[str, list[float]]], delta: float, alpha: float) -> dict[str, Any]:
+    ctrl_acc, ctrl_pairs, ctrl_by50, seed_acc, speedups = 0, [], 0, 0, []
+    for d in decisions:
+        cur, cand = d["t_cur"], d["t_cand"]
+        t = SequentialSignTest(delta=delta, alpha=alpha, looks=[25, 50, 100])
+        n = 0
+        for c, k in zip(cur, cand, strict=True):
+            n += 1
+            if t.add(c, k) != "continue":
+                break
+        if t.decision() == "continue":
+            t.finish()
+        ctrl_acc += t.decision() == "accept"
+        ctrl_by50 += t.decision() == "accept" and n <= 50
+        ctrl_pairs.append(n)
+        seed_acc += seed_rule(cur[:30], cand[:30], min_improvement_fraction=delta).accepted
+        if len(cur) >= 100:
+            speedups.append(statistics.median(cur[:100]) / statistics.median(cand[:100]))
+    k = len(decisions)
+    sp = sorted(speedups)
+    lo = sp[int(0.025 * (len(sp) - 1))] if sp else None
+    hi = sp[math.ceil(0.975 * (len(sp) - 1))] if sp else None
+    all_cur = [x for d in decisions for x in d["t_cur"]]
+    all_cand = [x for d in decisions for x in d["t_cand"]]
+    return {"decisions": k, "controlled_accept_rate": ctrl_acc / k if k else None,
+            "controlled_accept_within_50_pairs": ctrl_by50 / k if k else None,
+            "mean_pairs_to_decision": statistics.fmean(ctrl_pairs) if ctrl_pairs else None,
+            "seed_accept_rate": seed_acc / k if k else None,
+            "speedup_at_100_pairs_p2.5": lo, "speedup_at_100_pairs_p97.5": hi,
+            "speedup_spread_95_pct": (max(abs(1 - lo), abs(hi - 1)) * 100) if sp else None,
+            "true_ratio_cur_over_cand": statistics.median(all_cur) / statistics.median(all_cand)
+            if all_cur else None, "median_ms_cur": statistics.median(all_cur) if all_cur else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--backend", default="bwrap")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and counts (CPU check)")
+    ap.add_argument("--aa", type=int, default=100, help="A/A decisions per workload")
+    ap.add_argument("--power", type=int, default=40, help="decisions per injected slowdown")
+    ap.add_argument("--pairs", type=int, default=100)
+    ap.add_argument("--parts", default="decisions,cheats,overhead,vector_add")
+    ap.add_argument("--workloads", default="10us,100us,1ms")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget", default="10us=90,100us=120,1ms=280",
+                    help="seconds of measuring per workload (the judge stops deciding when out)")
+    a = ap.parse_args()
+    sizes = {"10us": 1 << 22, "100us": 1 << 25, "1ms": 1 << 29}
+    if a.quick:
+        sizes = {"10us": 1 << 12, "100us": 1 << 13, "1ms": 1 << 14}
+        a.aa, a.power, a.pairs = min(a.aa, 3), min(a.power, 2), min(a.pairs, 30)
+    parts = set(a.parts.split(","))
+    budgets = {k: float(v) for k, v in (x.split("=") for x in a.budget.split(","))}
+    res: dict[str, Any] = {"decision_check_fraction": 0.05, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "argv": sys.argv, "device": a.device, "workloads": {}}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:
+        a.out.write_text(json.dumps(res, indent=1))
+
+    if "decisions" in parts or "vector_add" in parts:
+        peak = measure_peak(backend=a.backend, device=a.device, quick=a.quick)
+        res["peaks"], res["environment"] = peak.peaks, peak.environment
+        save()
+    tmp = Path(tempfile.mkdtemp(prefix="kg-cal-"))
+    for wname in a.workloads.split(","):
+        n = sizes[wname]
+        w: dict[str, Any] = res["workloads"].setdefault(wname, {"N": n})
+        task = make_task(tmp, f"cal_{wname}", n, {"warmup": 10, "samples": 25, "reps": 5, "cache": "cold"})
+        # Decisions check a judge-chosen 5% of timed calls (announced in the JSON); the
+        # cheat and overhead runs use the full protocol (every timed call checked).
+        dtask = make_task(tmp, f"dec_{wname}", n, {"warmup": 10, "samples": 25, "reps": 5, "cache": "cold"},
+                          check=0.05)
+        spec, ref = load_task(dtask)
+        if "decisions" in parts:
+            files = {"a.py": source("honest"), "a2.py": source("honest"),
+                     "b1.py": source("honest", 0.01), "b2.py": source("honest", 0.02)}
+            sc = [{"name": "aa", "current": "/kg/in/a.py", "candidate": "/kg/in/a2.py", "decisions": a.aa},
+                  {"name": "gain1", "current": "/kg/in/b1.py", "candidate": "/kg/in/a.py", "decisions": a.power},
+                  {"name": "gain2", "current": "/kg/in/b2.py", "candidate": "/kg/in/a.py", "decisions": a.power}]
+            for s in sc:
+                s["pairs"] = a.pairs
+            t0 = time.monotonic()
+            p = run_judge_mode({"mode": "calibrate", "task": spec.model_dump(mode="json"), "reference": ref,
+                                "candidate": "/kg/in/a.py", "scenarios": sc}, files, backend=a.backend,
+                               device=a.device, limits=Limits(compile_s=120, run_s=budgets[wname],
+                                                              memory_mib=65536))
+            w["decision_wall_s"] = round(time.monotonic() - t0, 1)
+            if p.errors:
+                w["errors"] = [e.model_dump() for e in p.errors]
+            cal = p.calibration or {}
+            for name, delta in (("aa", 0.01), ("gain1", 0.01), ("gain2", 0.02)):
+                decs = cal.get(name, {}).get("decisions", [])
+                w[name] = {"delta": delta, **analyse(decs, delta, 0.01), "raw": decs,
+                           "seconds": cal.get(name, {}).get("seconds")}
+            save()
+        if "cheats" in parts:
+            w["cheats"] = {}
+            quick = make_task(tmp, f"cheat_{wname}", n, {"warmup": 5, "samples": 10, "reps": 2, "cache": "cold"})
+            for cheat in ("side_stream", "background_thread", "batch_and_skip", "lazy_output"):
+                f = tmp / f"{wname}_{cheat}.py"
+                f.write_text(source(cheat))
+                r = evaluate(EvalRequest(task_dir=quick, candidate=f, backend=a.backend, device=a.device,
+                                         policy=str(ROOT / "tests/policies/runtime-only.toml")))
+                e = r.errors[0] if r.errors else None
+                w["cheats"][cheat] = {"caught": not r.ok, "stage": e.stage if e else None,
+                                      "code": e.code if e else None,
+                                      "message": e.message[:300] if e else None}
+                save()
+        if "overhead" in parts:
+            f = tmp / f"{wname}_honest.py"
+            f.write_text(source("honest"))
+            t0 = time.monotonic()
+            r = evaluate(EvalRequest(task_dir=task, candidate=f, backend=a.backend, device=a.device,
+                                     policy="default"))
+            wall = time.monotonic() - t0
+            tm = r.timing
+            w["overhead"] = {"ok": r.ok, "errors": [e.code for e in r.errors], "wall_s": round(wall, 2),
+                             "samples": tm.samples if tm else None,
+                             "median_ms": tm.median_ms if tm else None,
+                             "kernel_time_s": (tm.mean_ms * tm.samples / 1e3) if tm else None,
+                             "wall_per_timed_call_ms": (wall * 1e3 / tm.samples) if tm else None}
+            save()
+    if "vector_add" in parts:
+        r = evaluate(EvalRequest(task_dir=ROOT / "examples/vector_add",
+                                 candidate=ROOT / "examples/vector_add/candidates/good.py",
+                                 backend=a.backend, device=a.device))
+        bw = r.timing.bandwidth_gbps if r.timing else None
+        copy = (res.get("peaks") or {}).get("bandwidth_gbps")
+        res["vector_add"] = {"ok": r.ok, "errors": [e.code for e in r.errors],
+                             "median_ms": r.timing.median_ms if r.timing else None,
+                             "bandwidth_gbps": bw, "copy_bandwidth_gbps": copy,
+                             "fraction_of_copy": (bw / copy) if bw and copy else None,
+                             "wall_s": r.sandbox.wall_s if r.sandbox else None}
+    res["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    save()
+    print(summary(res))
+    return 0
+
+
+def summary(res: dict[str, Any]) -> str:
+    lines = ["workload  N           median_ms  AA ctrl  AA seed  spread95%  power1%@50  power2%@50  pairs(2%)  cheats"]
+    for name, w in res["workloads"].items():
+        aa, g1, g2 = w.get("aa", {}), w.get("gain1", {}), w.get("gain2", {})
+        ch = w.get("cheats", {})
+        caught = f"{sum(c['caught'] for c in ch.values())}/{len(ch)}" if ch else "-"
+
+        def f(v: Any, fmt: str = "{:.3f}") -> str:
+            return "-" if v is None else fmt.format(v)
+        lines.append(f"{name:9} {w['N']:<11} {f(aa.get('median_ms_cur'), '{:.4f}'):10} "
+                     f"{f(aa.get('controlled_accept_rate')):8} {f(aa.get('seed_accept_rate')):8} "
+                     f"{f(aa.get('speedup_spread_95_pct'), '{:.2f}'):10} "
+                     f"{f(g1.get('controlled_accept_within_50_pairs')):11} "
+                     f"{f(g2.get('controlled_accept_within_50_pairs')):11} "
+                     f"{f(g2.get('mean_pairs_to_decision'), '{:.1f}'):10} {caught}")
+    if "vector_add" in res:
+        lines.append(f"vector_add: {json.dumps(res['vector_add'])}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
