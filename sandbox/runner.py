@@ -85,7 +85,10 @@ class Runner:
 
         class CountedStream(real):  # type: ignore[misc,valid-type]
             def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-                runner.streams_created += 1
+                # torch wraps existing streams (current_stream(), ...) through the same
+                # constructor with a stream_id; only a stream with no id is a new one.
+                if "stream_id" not in kwargs and "stream_ptr" not in kwargs:
+                    runner.streams_created += 1
                 return super().__new__(cls, *args, **kwargs)
 
         torch.cuda.Stream = CountedStream  # type: ignore[misc]
