@@ -152,7 +152,7 @@ def main() -> int:
     ap.add_argument("--parts", default="decisions,cheats,overhead,vector_add")
     ap.add_argument("--workloads", default="10us,100us,1ms")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--budget", default="10us=90,100us=120,1ms=280",
+    ap.add_argument("--budget", default="10us=70,100us=90,1ms=200",
                     help="seconds of measuring per workload (the judge stops deciding when out)")
     a = ap.parse_args()
     sizes = {"10us": 1 << 22, "100us": 1 << 25, "1ms": 1 << 29}
@@ -188,8 +188,9 @@ def main() -> int:
             sc = [{"name": "aa", "current": "/kg/in/a.py", "candidate": "/kg/in/a2.py", "decisions": a.aa},
                   {"name": "gain1", "current": "/kg/in/b1.py", "candidate": "/kg/in/a.py", "decisions": a.power},
                   {"name": "gain2", "current": "/kg/in/b2.py", "candidate": "/kg/in/a.py", "decisions": a.power}]
-            for s in sc:
+            for s, share in zip(sc, (0.5, 0.25, 0.25), strict=True):
                 s["pairs"] = a.pairs
+                s["budget_s"] = budgets[wname] * share
             t0 = time.monotonic()
             p = run_judge_mode({"mode": "calibrate", "task": spec.model_dump(mode="json"), "reference": ref,
                                 "candidate": "/kg/in/a.py", "scenarios": sc}, files, backend=a.backend,

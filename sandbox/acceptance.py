@@ -31,11 +31,11 @@ def _pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, looks: list[int] |
     for i in range(n_max):
         inputs = ev._inputs(slots, ev.rng.getrandbits(62))
         order = [(cand, t_cand), (cur, t_cur)] if i % 2 == 0 else [(cur, t_cur), (cand, t_cand)]
+        swap = (i // 2) % 2  # every other pair of pairs, the sides trade buffers
         for side, sink in order:
             check = frac >= 1.0 or ev.rng.random() < frac
-            stage_tag = "accept"
             try:
-                r = ev.timed(side, slots, check, stage_tag, inputs=inputs)
+                r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
             except Exception as e:
                 if side is cur and hasattr(e, "error"):
                     e.error["code"] = "current_" + e.error["code"]  # type: ignore[attr-defined]
@@ -59,6 +59,8 @@ def run_acceptance(ev: Evaluation, cand: Side) -> dict[str, Any]:
             e.error["message"] = "the current best failed to load: " + e.error["message"]
         raise
     ev.sides.append(cur)
+    cand.map_other(cur, ev.left(ev.run_deadline))
+    cur.map_other(cand, ev.left(ev.run_deadline))
     n_seed = max(int(acc.get("pairs", 30)), int(acc.get("min_pairs", 5)))
     controlled = acc.get("rule", "seed") == "controlled"
     looks = sorted(int(x) for x in acc.get("looks", [25, 50, 100, 200]))
@@ -84,6 +86,8 @@ def _replicate(ev: Evaluation, cand: Side, cur: Side, n: int, acc: dict[str, Any
         ev.sides.append(cand2)
         cur2 = ev._open_side(ev.s["current"], "accept")
         ev.sides.append(cur2)
+        cand2.map_other(cur2, ev.left(ev.run_deadline))
+        cur2.map_other(cand2, ev.left(ev.run_deadline))
     except Exception as e:  # a replicate that cannot start leaves the speed-up unmeasured
         return {"error": str(e)[:500]}
     rep = _pairs(ev, cand2, cur2, n, None, acc)

@@ -86,11 +86,27 @@ class Side:
             self.base = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
             self.runner = RunnerHandle(path, entry, device)
             self.runner.send_forking({**msg, "tensor": self.base, "gpu_fraction": gpu_fraction})
+        self.bases = [self.base]
         setup = self.runner.receive(timeout, "compile_timeout")
         self.flush_bytes = int(setup.get("flush_bytes", 0))
 
-    def views(self, slots: list[Slot]) -> dict[str, torch.Tensor]:
-        return {s.name: view(self.base, s) for s in slots}
+    def map_other(self, other: Side, timeout: float) -> None:
+        """Let this runner also address ``other``'s buffer (CUDA only).
+
+        Paired timing then swaps buffers between the sides every other pair, so where a
+        buffer happens to sit in memory cannot favour one side. A runner that writes into
+        the other side's buffer only makes that side fail its checks: the acceptance fails
+        closed.
+        """
+        if self.device != "cuda":
+            return
+        self.runner.send_forking({"op": "map", "tensor": other.base})
+        self.runner.receive(timeout, "compile_timeout")
+        self.bases.append(other.base)
+
+    def views(self, slots: list[Slot], buf: int = 0) -> dict[str, torch.Tensor]:
+        base = self.bases[buf] if buf < len(self.bases) else self.base
+        return {s.name: view(base, s) for s in slots}
 
     def close(self) -> None:
         self.runner.close()
@@ -177,9 +193,10 @@ class Evaluation:
 
     def call(self, side: Side, slots: list[Slot], inputs: dict[str, torch.Tensor], *,
              stage: str, deadline: float, expected: dict[str, torch.Tensor] | None,
-             where: dict[str, Any]) -> dict[str, Any]:
+             where: dict[str, Any], buf: int = 0) -> dict[str, Any]:
         """Copy inputs in, poison outputs, launch, then check what the runner left."""
-        views = side.views(slots)
+        buf = buf if buf < len(side.bases) else 0
+        views = side.views(slots, buf)
         for s in slots:
             if s.role == "input":
                 views[s.name].copy_(inputs[s.name])
@@ -189,7 +206,7 @@ class Evaluation:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         try:
-            reply = side.runner.request({"op": "call", "args": [s.wire() for s in slots]},
+            reply = side.runner.request({"op": "call", "args": [s.wire() for s in slots], "buf": buf},
                                         self.left(deadline))
         except RunnerFailure as e:
             raise self._fail(stage, e) from None
@@ -300,14 +317,14 @@ class Evaluation:
             {"passed": True, "checks": checks, "shapes_checked": shapes, "seeds": len(c["seeds"])})
 
     def timed(self, side: Side, slots: list[Slot], check: bool, stage: str, seed: int | None = None,
-              inputs: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+              inputs: dict[str, torch.Tensor] | None = None, buf: int = 0) -> dict[str, Any]:
         """One timed call on fresh inputs (from the secret phase seed), optionally checked."""
         if inputs is None:
             inputs = self._inputs(slots, seed if seed is not None else self.rng.getrandbits(62))
         expected = self._reference(slots, inputs) if check else None
         dims = {k: v for k, v in self.task["shapes"]["tune"][0].items()}
         return self.call(side, slots, inputs, stage=stage, deadline=self.run_deadline,
-                         expected=expected, where={"dims": dims, "phase": stage})
+                         expected=expected, where={"dims": dims, "phase": stage}, buf=buf)
 
     def noop(self, side: Side) -> float:
         """Round trip of an empty timed call minus its own event time (the harness overhead)."""

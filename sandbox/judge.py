@@ -70,7 +70,7 @@ def main() -> int:
             from sandbox.calibration import run_calibration
 
             ev.stage = "accept"
-            ev.result["calibration"] = run_calibration(ev)
+            run_calibration(ev)
         else:
             ev.run()
     except StageError as e:

@@ -52,6 +52,7 @@ class Runner:
         self.rfd, self.wfd = args.read_fd, args.write_fd
         self.path, self.entry, self.device = args.module, args.entry, args.device
         self.base: torch.Tensor | None = None
+        self.bases: list[torch.Tensor] = []
         self.fn: Any = None
         self.timer: Timer | None = None
         self._views: dict[str, list[torch.Tensor]] = {}
@@ -68,6 +69,7 @@ class Runner:
             self.base = msg["tensor"]
             if msg.get("gpu_fraction"):
                 torch.cuda.set_per_process_memory_fraction(float(msg["gpu_fraction"]))
+        self.bases = [self.base]
         self.allow_tf32 = bool(msg.get("allow_tf32", False))
         self.timer = Timer(self.device, msg.get("cache", "hot"), msg.get("flush_mib"))
         return {"ok": True, "flush_bytes": self.timer.flush_nbytes, "threads": thread_count()}
@@ -118,18 +120,18 @@ class Runner:
         self.fn = fn
         return {"ok": True, "threads": thread_count()}
 
-    def _args(self, slots: list[dict[str, Any]]) -> list[torch.Tensor]:
-        key = repr(slots)
+    def _args(self, slots: list[dict[str, Any]], buf: int = 0) -> list[torch.Tensor]:
+        key = repr((slots, buf))
         views = self._views.get(key)
         if views is None:
-            assert self.base is not None
+            base = self.bases[buf] if 0 <= buf < len(self.bases) else self.bases[0]
             views = []
             for s in slots:
                 n = DTYPES[s["dtype"]].itemsize
                 count = 1
                 for d in s["shape"]:
                     count *= int(d)
-                raw = self.base[int(s["offset"]): int(s["offset"]) + max(1, count) * n]
+                raw = base[int(s["offset"]): int(s["offset"]) + max(1, count) * n]
                 views.append(raw.view(DTYPES[s["dtype"]]).view(tuple(s["shape"])))
             self._views = {key: views}
         return views
@@ -139,7 +141,7 @@ class Runner:
         if msg.get("noop"):
             ms, wall = self.timer.time_call(lambda: None)
             return {"ok": True, "ms": ms, "wall_ms": wall, "threads": thread_count()}
-        args = self._args(msg["args"])
+        args = self._args(msg["args"], int(msg.get("buf", 0)))
         fn = self.fn
         # Re-pin the precision flags before every call; report if the call changed them.
         torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
@@ -163,6 +165,9 @@ class Runner:
             op = msg.get("op")
             if op == "setup":
                 reply = self.setup(msg)
+            elif op == "map":
+                self.bases.append(msg["tensor"])
+                reply = {"ok": True}
             elif op == "load":
                 reply = self.load()
             elif op == "call":
