@@ -139,21 +139,21 @@ class Runner:
     def call(self, msg: dict[str, Any]) -> dict[str, Any]:
         assert self.timer is not None
         if msg.get("noop"):
-            ms, wall = self.timer.time_call(lambda: None)
-            return {"ok": True, "ms": ms, "wall_ms": wall, "threads": thread_count()}
+            ms, wall, tail = self.timer.time_call(lambda: None)
+            return {"ok": True, "ms": ms, "wall_ms": wall, "tail_ms": tail, "threads": thread_count()}
         args = self._args(msg["args"], int(msg.get("buf", 0)))
         fn = self.fn
         # Re-pin the precision flags before every call; report if the call changed them.
         torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
         torch.backends.cudnn.allow_tf32 = self.allow_tf32
         try:
-            ms, wall = self.timer.time_call(lambda: fn(*args))
+            ms, wall, tail = self.timer.time_call(lambda: fn(*args))
         except BaseException as e:
             return _error(_classify(e), e, self.path)
         flags_ok = (torch.backends.cuda.matmul.allow_tf32 == self.allow_tf32
                     and torch.backends.cudnn.allow_tf32 == self.allow_tf32)
         stream_ok = self.default_stream is None or torch.cuda.current_stream() == self.default_stream
-        return {"ok": True, "ms": ms, "wall_ms": wall, "threads": thread_count(),
+        return {"ok": True, "ms": ms, "wall_ms": wall, "tail_ms": tail, "threads": thread_count(),
                 "flags_ok": flags_ok, "streams": self.streams_created, "stream_ok": stream_ok}
 
     def serve(self) -> None:

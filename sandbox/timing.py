@@ -79,14 +79,21 @@ class Timer:
         if device == "cuda":
             self._start = _Event(enable_timing=True)
             self._end = _Event(enable_timing=True)
+            self._idle = _Event(enable_timing=True)
 
     def _flush(self) -> None:
         if self._flush_buf is not None:
             # A write sweep: evicts every line the previous call left in the cache.
             self._flush_buf.fill_(0x5A)
 
-    def time_call(self, fn: Callable[[], Any]) -> tuple[float, float]:
-        """Return (device_ms, wall_ms) of one call of ``fn``."""
+    def time_call(self, fn: Callable[[], Any]) -> tuple[float, float, float]:
+        """Return (device_ms, wall_ms, tail_ms) of one call of ``fn``.
+
+        ``tail_ms`` (CUDA): device time from the end event to a marker recorded once the
+        whole device is idle. It is the same small constant for every honest call, and grows
+        by whatever work the call left running past its end event (side streams, threads,
+        deferred launches), independently of how long the host took to launch.
+        """
         if self.device == "cuda":
             _cuda_sync()
             self._flush()
@@ -96,13 +103,16 @@ class Timer:
             _record(self._end)
             _cuda_sync()
             w1 = _perf_ns()
-            return float(_elapsed(self._start, self._end)), (w1 - w0) / 1e6
+            _record(self._idle)
+            _cuda_sync()
+            return (float(_elapsed(self._start, self._end)), (w1 - w0) / 1e6,
+                    float(_elapsed(self._end, self._idle)))
         self._flush()
         w0 = _perf_ns()
         fn()
         w1 = _perf_ns()
         ms = (w1 - w0) / 1e6
-        return ms, ms
+        return ms, ms, 0.0
 
 
 def thread_count() -> int:
