@@ -103,9 +103,9 @@ def schema() -> None:
 
 
 def _register_all() -> None:
-    from grader import cli_docker, cli_records, cli_scan
+    from grader import cli_docker, cli_leaderboard, cli_records, cli_scan, cli_tools
 
-    for mod in (cli_scan, cli_records, cli_docker):
+    for mod in (cli_scan, cli_records, cli_docker, cli_tools, cli_leaderboard):
         mod.register(main)
 
 

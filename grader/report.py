@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from grader.limits import Limits, LimitName
+from grader.limits import LimitName, Limits
 
 SCHEMA_VERSION = "1.0"
 

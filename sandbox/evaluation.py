@@ -292,6 +292,8 @@ class Evaluation:
         self.call(cand, slots, inputs, stage="compile", deadline=self.compile_deadline,
                   expected=None, where={"dims": first, "phase": "compile"})
         self.result["compile"] = {"s": round(time.monotonic() - self.t0, 3)}
+        # run_s bounds the run stage on its own: unused compile time does not carry over.
+        self.run_deadline = time.monotonic() + float(self.s["limits"]["run_s"])
         if "correctness" in self.stages:
             self.stage = "correctness"
             self.correctness(cand)
@@ -309,6 +311,12 @@ class Evaluation:
             side = Side(path, self.task.get("entrypoint", "launch"), self.dev, self.nbytes,
                         self.task.get("benchmark", {}), self.s.get("gpu_fraction"),
                         self.left(self.compile_deadline))
+        except RunnerFailure as e:
+            # Nothing of the candidate has run yet: the harness itself failed to start.
+            raise StageError("sandbox", "runner_setup_failed",
+                             f"the runner harness failed before loading the candidate: {e.message}",
+                             detail=e.detail) from None
+        try:
             reply = side.runner.request({"op": "load"}, self.left(self.compile_deadline),
                                         "compile_timeout")
         except RunnerFailure as e:

@@ -13,6 +13,7 @@ import hmac
 import json
 import os
 import sys
+import tempfile
 import traceback
 from typing import Any
 
@@ -38,11 +39,27 @@ def read_secret() -> dict[str, Any]:
 def write_result(key: bytes, payload: dict[str, Any]) -> None:
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
     mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
-    tmp = RESULT + ".judge-tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    # A fresh unpredictable name (O_EXCL): a runner cannot pre-plant it as a directory,
+    # a FIFO or a link.
+    fd, tmp = tempfile.mkstemp(dir=OUT, prefix=".judge-")
     with os.fdopen(fd, "w") as f:
         json.dump({"payload": body, "mac": mac}, f)
     os.replace(tmp, RESULT)
+
+
+def _clear(names: list[str]) -> None:
+    """Remove what a runner planted in OUT, without following any link."""
+    import shutil
+
+    for name in names:
+        path = os.path.join(OUT, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 def main() -> int:
@@ -84,6 +101,14 @@ def main() -> int:
                           "line": None, "detail": {}})
     finally:
         ev.shutdown()
+    planted = sorted(os.listdir(OUT))
+    if planted:
+        # Only the judge may write here, and it has written nothing yet: anything present
+        # was planted by a runner (a forged record, a blocking directory, a link).
+        ev.errors.append({"stage": ev.stage or "compile", "code": "out_tampered",
+                          "message": f"the candidate wrote into the judge's output folder: {planted[:5]}",
+                          "line": None, "detail": {"entries": planted[:20]}})
+        _clear(planted)
     write_result(key, ev.payload())
     return 0
 

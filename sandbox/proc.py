@@ -97,6 +97,9 @@ class RunnerHandle:
             self.kill()
             rc = self.proc.wait()
         self.kill()
+        if rc == -signal.SIGXFSZ:
+            return RunnerFailure("disk_limit", "runner exceeded the file-size limit (SIGXFSZ)",
+                                 detail={"signal": -rc})
         if rc < 0:
             sig = -rc
             name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)

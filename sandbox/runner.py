@@ -7,6 +7,7 @@ the judge decides correctness from its own memory and cross-checks every time cl
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import mmap
 import os
@@ -37,6 +38,8 @@ def _error(code: str, exc: BaseException, path: str) -> dict[str, Any]:
 def _classify(exc: BaseException) -> str:
     if isinstance(exc, MemoryError):
         return "memory_limit"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "disk_limit"
     if isinstance(exc, torch.cuda.OutOfMemoryError):
         return "gpu_memory_limit"
     if isinstance(exc, BlockingIOError) or (isinstance(exc, RuntimeError)

@@ -48,7 +48,7 @@ if docker info >/dev/null 2>&1; then
     step "dockerd is running"
 else
     step "starting dockerd --bridge=none --iptables=false (log: $DOCKERD_LOG)"
-    nohup dockerd --bridge=none --iptables=false >>"$DOCKERD_LOG" 2>&1 &
+    setsid nohup dockerd --bridge=none --iptables=false >>"$DOCKERD_LOG" 2>&1 &
     for _ in $(seq 60); do
         docker info >/dev/null 2>&1 && break
         sleep 1

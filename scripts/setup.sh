@@ -44,10 +44,10 @@ if ! "$PY" -c 'import torch' 2>/dev/null; then
 fi
 "$PY" -c 'import triton' 2>/dev/null || { step "pip install triton"; "$PY" -m pip install -q triton; }
 
-extras="mcp"
-((DEV)) && extras="dev,mcp,leaderboard"
-step "pip install -e .[$extras]"
-"$PY" -m pip install -q -e "$REPO[$extras]"
+target="$REPO"
+((DEV)) && target="$REPO[dev,mcp,ray]"
+step "pip install -e $target"
+"$PY" -m pip install -q -e "$target"
 
 if ((DEV)); then
     step "docker engine and sandbox image"

@@ -42,6 +42,7 @@ from grader.backends.base import (
 )
 from grader.backends.watchdog import CappedReader, Watchdog
 from grader.errors import SandboxUnavailableError
+from grader.limits import LimitName
 
 log = structlog.get_logger("kgrader.bwrap")
 HARNESS_SRC = Path(__file__).resolve().parents[2] / "sandbox"
@@ -241,7 +242,8 @@ class BwrapBackend(SandboxBackend):
                 os.killpg(proc.pid, signal.SIGKILL)
 
         dog = Watchdog(proc.pid, memory_bytes=None if cg else lim.memory_mib << 20,
-                       pids=None if cg else lim.pids, kill=kill_tree)
+                       pids=None if cg else lim.pids, kill=kill_tree,
+                       pids_hit=cg.pids_hit if cg else None)
         dog.start()
         timed_out = False
         try:
@@ -266,7 +268,10 @@ class BwrapBackend(SandboxBackend):
         if cg is not None:
             cg.destroy()
         rc = proc.returncode
-        fired = "timeout" if timed_out else ("memory_limit" if oom else ("pids_limit" if pids_hit else None))
+        fired: LimitName | None = "timeout" if timed_out else (
+            "memory_limit" if oom else ("pids_limit" if pids_hit else None))
+        if fired is None and rc is not None and rc in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+            fired = "disk_limit"
         log.info("sandbox_end", backend="bwrap", label=name, rc=rc, wall_s=round(wall, 3), fired=fired)
         return SandboxOutcome(
             backend="bwrap", exit_code=rc if rc is not None and rc >= 0 else None,

@@ -20,19 +20,21 @@ class Watchdog(threading.Thread):
     """Polls the tree under ``root_pid``; calls ``kill`` once when a limit is crossed."""
 
     def __init__(self, root_pid: int, *, memory_bytes: int | None, pids: int | None,
-                 kill: Callable[[], None], interval: float = 0.05):
+                 kill: Callable[[], None], interval: float = 0.05,
+                 pids_hit: Callable[[], bool] | None = None):
         super().__init__(daemon=True, name=f"kgrader-watchdog-{root_pid}")
         self.root_pid = root_pid
         self.memory_bytes = memory_bytes
         self.pids = pids
         self.kill = kill
+        self.pids_hit = pids_hit
         self.interval = interval
         self.fired: LimitName | None = None
         self.peak_rss = 0
-        self._stop = threading.Event()
+        self._stop_event = threading.Event()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stop_event.set()
 
     def _tree(self) -> list[psutil.Process]:
         try:
@@ -42,7 +44,13 @@ class Watchdog(threading.Thread):
             return []
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stop_event.wait(self.interval):
+            if self.pids_hit is not None and self.pids_hit():
+                # A cgroup refused a fork: stop the tree now rather than let a bomb that
+                # swallows EAGAIN spin until the wall limit.
+                self.fired = "pids_limit"
+                self.kill()
+                return
             rss, threads = 0, 0
             procs = self._tree()
             if not procs:

@@ -1,0 +1,23 @@
+"""Correct FP16 vector add: one program per BLOCK elements, tail masked."""
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 1024
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+def launch(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> None:
+    n = out.numel()
+    grid = (triton.cdiv(n, BLOCK),)
+    add_kernel[grid](x, y, out, n, BLOCK=BLOCK)

@@ -1,0 +1,129 @@
+"""``kgrader leaderboard``: batch runs (run), the static page (render), and a demo.
+
+Exit codes: 0 the batch finished (whatever the submissions' verdicts); 2 usage or
+infrastructure error, including evaluations that hit an infrastructure fault (they
+were not recorded and are retried by running the same command again).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from grader.errors import KgraderError
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+DEMO_TASKS = ("vector_add_small", "softmax", "matmul")
+
+
+def _print_summary(summary: Any) -> None:
+    for m in summary.messages:
+        click.echo(f"note: {m}", err=True)
+    for m in summary.infra_errors:
+        click.echo(f"infrastructure error: {m}", err=True)
+    click.echo(f"evaluated {summary.evaluated}, already done {summary.skipped_done}; "
+               f"usable tasks: {', '.join(summary.usable_tasks) or 'none'}; "
+               f"re-run top: {', '.join(repr(t) for t in summary.top) or 'none'}", err=True)
+
+
+def _run(**kw: Any) -> None:
+    from grader.cli import fail
+    from grader.leaderboard.runner import RunConfig, run_leaderboard
+
+    try:
+        summary = run_leaderboard(RunConfig(**kw))
+    except KgraderError as e:
+        fail(e)
+        return
+    _print_summary(summary)
+    if summary.infra_errors:
+        sys.exit(2)
+
+
+def _engine_options(f: Any) -> Any:
+    opts = [
+        click.option("--state", type=click.Path(path_type=Path), default=Path("leaderboard.sqlite"),
+                     show_default=True, help="SQLite state file (resumable)."),
+        click.option("--workers", type=int, default=None,
+                     help="Parallel evaluations (default: one per GPU, else 1)."),
+        click.option("--engine", type=click.Choice(["local", "ray"]), default="local",
+                     show_default=True),
+        click.option("--backend", type=click.Choice(["auto", "bwrap", "docker"]), default="auto",
+                     show_default=True),
+        click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
+                     show_default=True),
+        click.option("--ray-address", default="auto", show_default=True,
+                     help="Ray cluster address for --engine ray."),
+        click.option("--seed-secret", type=click.Path(path_type=Path), default=None,
+                     help="File with the operator's secret for correctness seeds "
+                          "(else $KGRADER_LEADERBOARD_SECRET, else random per run)."),
+        click.option("--top-k", type=int, default=3, show_default=True,
+                     help="Entries re-run on fresh seeds before publishing."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def register(cli: click.Group) -> None:
+    """Add the ``leaderboard`` group to the main CLI."""
+
+    @cli.group()
+    def leaderboard() -> None:
+        """Grade many submissions on many tasks and publish a ranking."""
+
+    @leaderboard.command("run")
+    @click.option("--tasks", "tasks", type=click.Path(path_type=Path), multiple=True,
+                  required=True, help="Task folder (repeatable; or several after one --tasks).")
+    @click.option("--submissions", type=click.Path(path_type=Path), required=True,
+                  help="Folder of submissions: <name>/<task_name>.py.")
+    @_engine_options
+    @click.argument("more_tasks", nargs=-1, type=click.Path(path_type=Path))
+    def run_cmd(tasks: tuple[Path, ...], more_tasks: tuple[Path, ...], **kw: Any) -> None:
+        """Evaluate every submission on every task (resumes from --state)."""
+        _run(tasks=[*tasks, *more_tasks], **kw)
+
+    @leaderboard.command("render")
+    @click.argument("state", type=click.Path(path_type=Path))
+    @click.argument("out_dir", type=click.Path(path_type=Path))
+    def render_cmd(state: Path, out_dir: Path) -> None:
+        """Write the static site for STATE into OUT_DIR."""
+        from grader.cli import fail
+        from grader.leaderboard.render import render_site
+
+        try:
+            index = render_site(state, out_dir)
+        except KgraderError as e:
+            fail(e)
+            return
+        click.echo(str(index))
+
+    @leaderboard.command("demo")
+    @click.argument("out_dir", type=click.Path(path_type=Path))
+    @click.option("--workers", type=int, default=2, show_default=True)
+    @click.option("--backend", type=click.Choice(["auto", "bwrap", "docker"]), default="auto")
+    @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto")
+    def demo_cmd(out_dir: Path, workers: int, backend: str, device: str) -> None:
+        """Run the examples/leaderboard submissions and render the page into OUT_DIR."""
+        from grader.cli import fail
+        from grader.leaderboard.render import render_site
+
+        subs = EXAMPLES / "leaderboard" / "submissions"
+        if not subs.is_dir():
+            click.echo(f"error: demo submissions not found at {subs} (run from a source "
+                       "checkout)", err=True)
+            sys.exit(2)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        state = out_dir / "leaderboard.sqlite"
+        _run(tasks=[EXAMPLES / t for t in DEMO_TASKS], submissions=subs, state=state,
+             workers=workers, engine="local", backend=backend, device=device,
+             ray_address="auto", seed_secret=None, top_k=3)
+        try:
+            index = render_site(state, out_dir / "site")
+        except KgraderError as e:
+            fail(e)
+            return
+        click.echo(str(index))

@@ -1,0 +1,151 @@
+"""Engines run :class:`~grader.leaderboard.job.Job` s and hand each outcome to the driver.
+
+Both engines call ``on_result`` in the calling (driver) thread only, so the SQLite state
+is written by one thread of one process; workers never touch it.
+
+* :class:`LocalEngine`: a thread pool on this machine. With GPUs, one worker per GPU,
+  each job pinned to its device (``gpu_ids=(str(i),)``, the sandbox sees only that GPU);
+  without, N CPU workers.
+* :class:`RayEngine`: each job is a Ray task asking for one GPU (``num_gpus=1``; the task
+  takes its device from ``ray.get_gpu_ids()``) or one CPU slot, on a cluster the operator
+  already runs. A cluster that goes away raises :class:`ClusterLost`; results finished
+  before that were already committed.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import queue
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, Protocol
+
+from grader.errors import InfrastructureError, UsageError
+from grader.leaderboard.job import Job, JobOutcome, run_job
+
+OnResult = Callable[[Job, JobOutcome], None]
+
+
+class ClusterLost(InfrastructureError):
+    """The Ray cluster went away mid-run."""
+
+    code = "ray_cluster_lost"
+
+
+class Engine(Protocol):
+    name: str
+    workers: int
+
+    def run(self, jobs: Sequence[Job], on_result: OnResult) -> None: ...
+
+
+def local_gpus() -> list[str]:
+    """NVIDIA device indices visible as /dev/nvidiaN on this machine."""
+    ids = [p.removeprefix("/dev/nvidia") for p in glob.glob("/dev/nvidia[0-9]*")]
+    return sorted((i for i in ids if i.isdigit()), key=int)
+
+
+class LocalEngine:
+    """Thread pool; each thread runs one sandboxed evaluation at a time."""
+
+    name = "local"
+
+    def __init__(self, workers: int | None, device: str):
+        gpus = local_gpus() if device in ("cuda", "auto") else []
+        if device == "cuda" and not gpus:
+            raise UsageError("--device cuda but no /dev/nvidiaN device on this machine")
+        self.slots: queue.Queue[tuple[str, ...]] = queue.Queue()
+        if gpus:
+            chosen = gpus[: workers] if workers else gpus
+            for g in chosen:
+                self.slots.put((g,))
+        else:
+            for _ in range(max(1, workers or 1)):
+                self.slots.put(())
+        self.workers = self.slots.qsize()
+
+    def _one(self, job: Job) -> JobOutcome:
+        slot = self.slots.get()
+        try:
+            return run_job(job, slot, engine=self.name)
+        finally:
+            self.slots.put(slot)
+
+    def run(self, jobs: Sequence[Job], on_result: OnResult) -> None:
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="lb") as pool:
+            pending: dict[Future[JobOutcome], Job] = {pool.submit(self._one, j): j for j in jobs}
+            try:
+                while pending:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        on_result(pending.pop(fut), fut.result())
+            except BaseException:
+                for fut in pending:
+                    fut.cancel()
+                raise
+
+
+def _ray_entry(job: Job, device: str) -> JobOutcome:
+    """Runs on a Ray worker: take the GPU Ray assigned, evaluate, return the outcome."""
+    import ray
+
+    gpu_ids = tuple(str(int(g)) for g in ray.get_gpu_ids()) if device == "cuda" else ()
+    return run_job(job, gpu_ids, engine="ray")
+
+
+class RayEngine:
+    """Ray tasks on an existing cluster; the driver commits results as they arrive."""
+
+    name = "ray"
+
+    def __init__(self, address: str, device: str, workers: int | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise UsageError("--engine ray needs the ray package (pip install 'ray>=2.9')") from None
+        self.ray: Any = ray
+        ray_mod: Any = ray
+        self.device = "cuda" if device == "cuda" else "cpu"
+        try:
+            ray_mod.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                     include_dashboard=False, logging_level=logging.ERROR)
+        except Exception as e:
+            raise InfrastructureError(f"cannot connect to the Ray cluster at {address!r}: {e}",
+                                      hint="start one with `ray start --head` or pass "
+                                           "--ray-address HOST:PORT") from None
+        res = ray_mod.cluster_resources()
+        key = "GPU" if self.device == "cuda" else "CPU"
+        if res.get(key, 0) < 1:
+            raise InfrastructureError(f"the Ray cluster at {address!r} offers no {key} "
+                                      f"(resources: {res})")
+        self.workers = workers or int(res[key])
+        opts: dict[str, Any] = {"num_cpus": 1, "max_retries": 0}
+        if self.device == "cuda":
+            opts["num_gpus"] = 1
+        self.remote = ray_mod.remote(**opts)(_ray_entry)
+
+    def run(self, jobs: Sequence[Job], on_result: OnResult) -> None:
+        ray = self.ray
+        try:
+            refs = {self.remote.remote(j, self.device): j for j in jobs}
+            while refs:
+                done, _ = ray.wait(list(refs), num_returns=1, timeout=30.0)
+                if not done:
+                    ray.cluster_resources()  # raises when the cluster is gone
+                    continue
+                for ref in done:
+                    job = refs.pop(ref)
+                    try:
+                        outcome = ray.get(ref)
+                    except ray.exceptions.RayTaskError as e:
+                        outcome = JobOutcome(None, f"ray task failed: {e}")
+                    on_result(job, outcome)
+        except (ray.exceptions.RaySystemError, ray.exceptions.RayError, ConnectionError) as e:
+            raise ClusterLost(f"the Ray cluster went away mid-run ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); every result "
+                              "finished before that is kept in the state; run the same "
+                              "command again to resume") from None
+
+    def close(self) -> None:
+        self.ray.shutdown()

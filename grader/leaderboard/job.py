@@ -1,0 +1,165 @@
+"""One leaderboard evaluation, self-contained so that a Ray worker can run it.
+
+A :class:`Job` carries the *contents* of the task (secret-seeded) and of the submission's
+file, not paths: a worker on another node needs no shared file system. :func:`run_job`
+writes them into a private temp folder, calls :func:`grader.evaluate.evaluate` with the
+task's reference as ``current`` (so reference and submission are timed in the same
+sandbox, interleaved), and returns a :class:`~grader.leaderboard.state.EvalRow` -- or an
+infrastructure error, which the driver does not commit (the job is retried next run).
+
+Speed-up of a submission over the reference, in order of preference:
+
+1. ``replicate``: median(t_ref) / median(t_sub) from the judge's independent replicate
+   (new runners, buffers, seeds), run when the submission looked faster;
+2. ``pairs``: the median per-pair ratio t_ref/t_sub of the interleaved pairs, recovered
+   exactly from the report's ``improvement_fraction`` = median of r = 1 - t_sub/t_ref
+   (a median commutes with the monotone map r -> 1/(1-r); for an even number of pairs
+   it is the map of the mid-point, a difference far below timing noise).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.errors import InfrastructureError, KgraderError
+from grader.leaderboard.seeds import TaskPayload
+from grader.leaderboard.state import EvalRow
+from grader.report import Report
+
+# Policy for the reference check only: the reference is trusted code, and reference
+# implementations use library calls that a task's candidate policy denies.
+REFERENCE_POLICY = ('description = "leaderboard reference check: the task\'s own trusted '
+                    'reference; denies nothing"\npromote_warnings = false\n')
+
+# Sandbox-stage codes that are the machine's fault, not the submission's: not committed.
+INFRA_CODES = frozenset({"sandbox_unavailable", "image_missing", "infrastructure"})
+
+
+@dataclass(frozen=True)
+class Job:
+    """What one evaluation needs, by value. ``round``: ``reference``, ``main`` or ``rerun``."""
+
+    submission: str
+    task: TaskPayload
+    file_sha: str
+    round: str
+    source: str = field(repr=False)
+    backend: str = "auto"
+    device: str = "auto"
+    policy: str | None = None
+    limits: dict[str, float | int | None] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.submission, self.task.name, self.file_sha, self.round)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """A committed-to-be row, or an infrastructure error (never committed)."""
+
+    row: EvalRow | None
+    infra_error: str | None = None
+
+
+def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local") -> JobOutcome:
+    """Evaluate one job; never raises (a kgrader or machine fault becomes ``infra_error``)."""
+    from grader.evaluate import EvalRequest, evaluate
+
+    t0 = time.monotonic()
+    root = Path(tempfile.mkdtemp(prefix="kgrader-lb-"))
+    try:
+        task_dir = job.task.write(root / "task")
+        cand = root / "submission" / f"{job.task.name}.py"
+        cand.parent.mkdir(mode=0o700)
+        cand.write_text(job.source, encoding="utf-8")
+        kw: dict[str, Any] = {}
+        if job.round == "reference":
+            policy_file = root / "reference-policy.toml"
+            policy_file.write_text(REFERENCE_POLICY, encoding="utf-8")
+            kw["policy"] = str(policy_file)
+            kw["stages"] = ("compile", "correctness")
+        else:
+            kw["current"] = task_dir / "reference.py"
+            kw["current_trusted"] = True  # the task's own reference: trusted, not scanned
+            kw["policy"] = job.policy
+        req = EvalRequest(task_dir=task_dir, candidate=cand, backend=job.backend,
+                          device=job.device, limits=dict(job.limits), gpu_ids=gpu_ids, **kw)
+        report = evaluate(req)
+    except InfrastructureError as e:
+        return JobOutcome(None, f"{type(e).__name__}: {e}")
+    except KgraderError as e:  # e.g. an unreadable submission file: the submission's fault
+        return JobOutcome(_row(job, "failed", "scan", e.code, str(e), None, None, None,
+                               None, time.monotonic() - t0, engine))
+    except Exception as e:  # a kgrader bug must not end the batch
+        return JobOutcome(None, f"internal error: {type(e).__name__}: {e}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    infra = [e for e in report.errors if e.stage == "sandbox" and e.code in INFRA_CODES]
+    if infra:
+        return JobOutcome(None, f"{infra[0].code}: {infra[0].message}")
+    verdict, stage, code, message, speedup, src = classify(report)
+    t_sub = report.timing.median_ms if report.timing else None
+    report_json = json.dumps(redact_seeds(json.loads(report.model_dump_json()), job.task.seeds))
+    return JobOutcome(_row(job, verdict, stage, code, message, speedup, src, t_sub, report_json,
+                           time.monotonic() - t0, engine))
+
+
+def _row(job: Job, verdict: str, stage: str | None, code: str | None, message: str,
+         speedup: float | None, src: str | None, t_sub: float | None, report_json: str | None,
+         wall_s: float, engine: str) -> EvalRow:
+    return EvalRow(submission=job.submission, task=job.task.name, file_sha=job.file_sha,
+                   round=job.round, verdict=verdict, stage=stage, code=code, message=message[:2000],
+                   speedup=speedup, speedup_source=src, t_sub_ms=t_sub, report_json=report_json,
+                   wall_s=round(wall_s, 3), engine=engine)
+
+
+def classify(report: Report) -> tuple[str, str | None, str | None, str, float | None, str | None]:
+    """``(verdict, stage, code, message, speedup, speedup_source)`` for one report.
+
+    A rejection by the acceptance rule is *not* a failure here: the leaderboard ranks by
+    speed-up, and a submission slower than the reference is still correct.
+    """
+    if report.errors:
+        e = report.errors[0]
+        if any(x.code == "below_roofline_floor" for x in report.errors):
+            return ("anomaly", "benchmark", "below_roofline_floor",
+                    "faster than the task's roofline floor: an anomaly, never a record", None, None)
+        return "failed", e.stage, e.code, e.message, None, None
+    if report.correctness is None or not report.correctness.passed:
+        return "failed", report.stage, "not_checked", "correctness was not established", None, None
+    acc = report.acceptance
+    if acc is None:
+        return "ok", report.stage, None, "correct (no paired timing)", None, None
+    if acc.replicate_speedup is not None and acc.replicate_speedup > 0:
+        return "ok", report.stage, None, "correct", acc.replicate_speedup, "replicate"
+    r = acc.improvement_fraction
+    if r is not None and r < 1:
+        return "ok", report.stage, None, "correct", 1.0 / (1.0 - r), "pairs"
+    return "ok", report.stage, None, "correct (speed-up unmeasured)", None, None
+
+
+def redact_seeds(obj: Any, seeds: tuple[int, ...]) -> Any:
+    """Replace every secret seed value in a JSON-like tree (ints, and digits in strings)."""
+    secret = set(seeds)
+    texts = [str(s) for s in seeds]
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [walk(v) for v in x]
+        if isinstance(x, int) and not isinstance(x, bool) and x in secret:
+            return None
+        if isinstance(x, str):
+            for t in texts:
+                x = x.replace(t, "<secret seed>")
+        return x
+
+    return walk(obj)

@@ -1,0 +1,1 @@
+"""Backend conformance suite: one list of tests that every sandbox backend must pass."""

@@ -1,0 +1,180 @@
+"""Leaderboard batches with real sandboxed evaluations (bwrap, CPU): kept few, each ~10 s.
+
+* a task whose own reference fails is reported and skipped; the others run;
+* a run killed with SIGKILL after its first committed result resumes without redoing
+  or losing any finished evaluation;
+* ``--engine ray`` on a local loopback-only Ray head gives the same verdicts as local.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.leaderboard.state import State
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+pytestmark = [pytest.mark.bwrap,
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")]
+
+
+def tiny_task(root: Path, name: str = "tiny_add", reference: str | None = None) -> Path:
+    """vector_add_small, shrunk: few samples and pairs, so one evaluation takes seconds."""
+    src = EXAMPLES / "vector_add_small"
+    spec = json.loads((src / "task.json").read_text())
+    spec.update(name=name, acceptance={"rule": "seed", "min_pairs": 3, "pairs": 3},
+                benchmark={"warmup": 1, "samples": 3, "reps": 1, "cache": "hot"},
+                shapes={"tune": [{"M": 8, "N": 256}], "hidden": [{"M": 3, "N": 100}]})
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "task.json").write_text(json.dumps(spec))
+    (d / "reference.py").write_text(reference or (src / "reference.py").read_text())
+    return d
+
+
+def submissions(root: Path, task: str, cands: dict[str, str]) -> Path:
+    for name, cand in cands.items():
+        (root / name).mkdir(parents=True)
+        shutil.copy(EXAMPLES / "vector_add_small" / "candidates" / f"{cand}.py",
+                    root / name / f"{task}.py")
+    return root
+
+
+def kgrader(*args: str, env: dict[str, str] | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+    e = {**os.environ, "KGRADER_LEADERBOARD_SECRET": "s" * 32, **(env or {})}
+    p = subprocess.run([sys.executable, "-m", "grader.cli", "leaderboard", *args],
+                       capture_output=True, text=True, env=e, timeout=600)
+    if check:
+        assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def verdicts(state: Path) -> dict[tuple[str, str, str], tuple[str, str | None, str | None]]:
+    with State.open(state, create=False) as st:
+        return {(r.submission, r.task, r.round): (r.verdict, r.stage if r.verdict != "ok" else None,
+                                                  r.code) for r in st.evaluations()}
+
+
+BROKEN_REF = "def launch(x, y, out):\n    raise RuntimeError('the reference is broken')\n"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("lb")
+    return {"task": tiny_task(root / "tasks"),
+            "bad_task": tiny_task(root / "tasks", "bad_ref", BROKEN_REF),
+            "subs": submissions(root / "subs", "tiny_add", {"good": "good", "wrong": "wrong"}),
+            "root": root}
+
+
+@pytest.fixture(scope="module")
+def local_state(inputs: dict[str, Path]) -> Path:
+    state = inputs["root"] / "local.sqlite"
+    p = kgrader("run", "--tasks", str(inputs["task"]), str(inputs["bad_task"]),
+                "--submissions", str(inputs["subs"]), "--state", str(state),
+                "--workers", "2", "--device", "cpu", "--backend", "bwrap", "--top-k", "1")
+    assert "task bad_ref skipped: its own reference fails" in p.stderr
+    return state
+
+
+def test_failing_reference_skips_its_task_and_the_batch_goes_on(local_state: Path) -> None:
+    v = verdicts(local_state)
+    assert v[("(reference)", "bad_ref", "reference")][0] == "failed"
+    assert not any(k[1] == "bad_ref" and k[0] != "(reference)" for k in v)
+    assert v[("good", "tiny_add", "main")][0] == "ok"
+    assert v[("wrong", "tiny_add", "main")] == ("failed", "correctness", "wrong_values")
+    assert ("good", "tiny_add", "rerun") in v  # the top-1 entry was re-measured
+
+
+def test_rerun_of_the_same_command_redoes_nothing(inputs: dict[str, Path], local_state: Path) -> None:
+    before = {k: v for k, v in verdicts(local_state).items() if k[0] != "(reference)"}
+    p = kgrader("run", "--tasks", str(inputs["task"]), str(inputs["bad_task"]),
+                "--submissions", str(inputs["subs"]), "--state", str(local_state),
+                "--device", "cpu", "--backend", "bwrap", "--top-k", "1")
+    # Only the failing reference is checked again (failures are retried, passes cached).
+    assert "evaluated 1, already done 3;" in p.stderr
+    after = {k: v for k, v in verdicts(local_state).items() if k[0] != "(reference)"}
+    assert after == before
+
+
+def _count(state: Path) -> int:
+    try:
+        conn = sqlite3.connect(f"file:{state}?mode=ro", uri=True, timeout=5)
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_sigkill_mid_run_then_restart_loses_and_redoes_nothing(tmp_path: Path) -> None:
+    task = tiny_task(tmp_path / "tasks")
+    subs = submissions(tmp_path / "subs", "tiny_add",
+                       {"a": "good", "b": "wrong", "c": "no_mask", "d": "broken"})
+    state = tmp_path / "state.sqlite"
+    argv = [sys.executable, "-m", "grader.cli", "leaderboard", "run", "--tasks", str(task),
+            "--submissions", str(subs), "--state", str(state), "--workers", "1",
+            "--device", "cpu", "--backend", "bwrap", "--top-k", "1"]
+    env = {**os.environ, "KGRADER_LEADERBOARD_SECRET": "s" * 32}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while _count(state) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with State.open(state, create=False) as st:
+        before = {r.key: r.finished_at for r in st.evaluations()}
+    assert 2 <= len(before) < 6, f"kill came too late to test a resume: {len(before)} rows"
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    with State.open(state, create=False) as st:
+        after = {r.key: r.finished_at for r in st.evaluations()}
+    assert f"evaluated {len(after) - len(before)}," in p.stderr  # only the missing ones ran
+    assert {k: after[k] for k in before} == before  # finished ones kept, none redone
+    subs_done = {k[0] for k in after if k[3] == "main"}
+    assert subs_done == {"a", "b", "c", "d"}
+    assert any(k[3] == "rerun" for k in after)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_ray_engine_gives_the_same_verdicts_as_local(inputs: dict[str, Path], local_state: Path,
+                                                     tmp_path: Path) -> None:
+    ray_bin = shutil.which("ray")
+    if ray_bin is None:
+        pytest.skip("ray is not installed (pip install ray)")
+    port = _free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    start = subprocess.run([ray_bin, "start", "--head", f"--port={port}",
+                            "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                            "--include-dashboard=false", "--disable-usage-stats"],
+                           capture_output=True, text=True, env=env, timeout=180)
+    assert start.returncode == 0, start.stderr[-2000:]
+    try:
+        state = tmp_path / "ray.sqlite"
+        kgrader("run", "--tasks", str(inputs["task"]), str(inputs["bad_task"]),
+                "--submissions", str(inputs["subs"]), "--state", str(state), "--engine", "ray",
+                "--ray-address", f"127.0.0.1:{port}", "--device", "cpu", "--backend", "bwrap",
+                "--top-k", "1", env=env)
+        assert verdicts(state) == verdicts(local_state)
+        with State.open(state, create=False) as st:
+            assert {r.engine for r in st.evaluations()} == {"ray"}
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, env=env)

@@ -1,0 +1,80 @@
+"""Engines without sandboxes: the driver gets every result; a lost Ray cluster is a clear error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.leaderboard import engine as eng
+from grader.leaderboard.job import Job, JobOutcome
+from grader.leaderboard.seeds import Secret, task_payload
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def jobs(n: int) -> list[Job]:
+    tp = task_payload(EXAMPLES / "vector_add_small", Secret(b"k" * 32, "test"))
+    return [Job(f"s{i}", tp, "sha", "main", "src") for i in range(n)]
+
+
+def test_local_engine_hands_every_outcome_to_the_driver_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    seen_slots: list[tuple[str, ...]] = []
+
+    def fake_run(job: Job, slot: tuple[str, ...], engine: str) -> JobOutcome:
+        seen_slots.append(slot)
+        return JobOutcome(None, f"fake {job.submission}")
+
+    monkeypatch.setattr(eng, "run_job", fake_run)
+    monkeypatch.setattr(eng, "local_gpus", lambda: ["0", "1"])
+    e = eng.LocalEngine(None, "cuda")
+    assert e.workers == 2
+    got: list[str] = []
+    main = threading.get_ident()
+
+    def on_result(job: Job, out: JobOutcome) -> None:
+        assert threading.get_ident() == main
+        got.append(job.submission)
+
+    e.run(jobs(5), on_result)
+    assert sorted(got) == [f"s{i}" for i in range(5)]
+    assert set(seen_slots) <= {("0",), ("1",)}  # each job pinned to exactly one GPU
+
+
+class FakeRay:
+    """Just enough of the ray module: two results, then the cluster disappears."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self.exceptions = ray.exceptions
+        self.calls = 0
+
+    def wait(self, refs: list[Any], num_returns: int, timeout: float) -> tuple[list[Any], list[Any]]:
+        self.calls += 1
+        if self.calls > 2:
+            raise self.exceptions.RaySystemError("GCS unreachable")
+        return [refs[0]], refs[1:]
+
+    def get(self, ref: Any) -> JobOutcome:
+        return JobOutcome(None, "done")
+
+
+def test_lost_ray_cluster_raises_a_clear_error_after_keeping_finished_results() -> None:
+    pytest.importorskip("ray")
+    e = object.__new__(eng.RayEngine)
+    e.ray = FakeRay()
+    e.device = "cpu"
+
+    class Remote:
+        def remote(self, job: Job, device: str) -> object:
+            return object()
+
+    e.remote = Remote()
+    got: list[str] = []
+    with pytest.raises(eng.ClusterLost, match=r"went away mid-run.*kept.*resume"):
+        e.run(jobs(4), lambda j, o: got.append(j.submission))
+    assert len(got) == 2
