@@ -70,7 +70,16 @@ def main() -> int:
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     # torch is imported only now, after the secret file is gone and the process is hardened.
-    from sandbox.evaluation import Evaluation, StageError
+    try:
+        from sandbox.evaluation import Evaluation, StageError
+    except ImportError as e:
+        write_result(key, {"stage": "sandbox", "device": device, "environment": {}, "warnings": [],
+                           "errors": [{"stage": "sandbox", "code": "missing_dependency",
+                                       "message": f"the sandbox's Python cannot import {e.name!r}: "
+                                       "install torch and triton for the interpreter kgrader runs "
+                                       f"with (README, 'On a GPU host'). {e}",
+                                       "line": None, "detail": {"module": e.name}}]})
+        return 0
 
     if secret.get("mode") == "measure_peak":
         return _measure_peak(key, secret)

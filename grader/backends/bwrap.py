@@ -139,6 +139,15 @@ class BwrapBackend(SandboxBackend):
                 "the bwrap backend must start as root: it builds the namespaces as root and "
                 "drops to uid 65534 before any harness code runs",
                 hint="run kgrader as root, or use --backend docker")
+        import importlib.util
+
+        missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise SandboxUnavailableError(
+                f"{' and '.join(missing)} not importable by {sys.executable}: the bwrap sandbox "
+                "runs the judge with this interpreter",
+                hint="CPU: pip install torch==2.13.0 triton; GPU: a CUDA build of torch "
+                     "(README, 'On a GPU host')")
         if device != "cpu" and not gpu_nodes(device, ()):
             raise SandboxUnavailableError(f"no {device} device nodes under /dev",
                                           hint="is the GPU driver loaded? try --device cpu")
