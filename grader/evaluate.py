@@ -102,7 +102,7 @@ def stage_files(req: EvalRequest, spec: TaskSpec, reference: str, cand_src: str,
         "current": f"{IN_MOUNT}/current.py" if cur_src is not None else None,
         "device": device, "stages": list(req.stages), "shape_kinds": list(req.shape_kinds),
         "phase_seed": secrets.randbits(62), "limits": spec.limits.model_dump(),
-        "floor_ms": floor_ms, "gpu_fraction": None,
+        "floor_ms": floor_ms,
     }
     sp = out_dir / SECRET_NAME
     fd = os.open(sp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

@@ -97,6 +97,8 @@ class TimingStats(_Model):
     check_policy: str = "all"
     flagged_samples: int = 0
     roofline_floor_ms: float | None = None
+    device_state: list[dict[str, Any]] = Field(
+        default_factory=list, description="NVML clocks, power, temperature, throttle reasons per block.")
     unmeasured: dict[str, str] = Field(default_factory=dict)
 
 

@@ -51,6 +51,8 @@ class JudgeTiming(_Strict):
     dims: dict[str, int]
     clock: Literal["cuda_event", "perf_counter"]
     max: float | None = None
+    device_state: list[dict[str, Any]] = Field(default_factory=list, max_length=10000)
+    device_state_unmeasured: str | None = None
 
 
 class JudgeAcceptance(_Strict):

@@ -18,6 +18,8 @@ from grader.task import TaskSpec
 
 def timing_stats(spec: TaskSpec, t: JudgeTiming, device: str, floor: float | None = None) -> TimingStats:
     unmeasured: dict[str, str] = {}
+    if t.device_state_unmeasured:
+        unmeasured["device_state"] = t.device_state_unmeasured
     bw = tf = None
     if spec.cost_model is None:
         unmeasured["bandwidth_gbps"] = unmeasured["tflops"] = "the task has no cost model"
@@ -31,7 +33,7 @@ def timing_stats(spec: TaskSpec, t: JudgeTiming, device: str, floor: float | Non
                        min_ms=t.min, cv=t.cv, bandwidth_gbps=bw, tflops=tf, device=device,
                        clock=t.clock, cache=t.cache, dims=t.dims, checked_calls=t.checked_calls,
                        check_policy=t.check_policy, flagged_samples=t.flagged_samples,
-                       roofline_floor_ms=floor, unmeasured=unmeasured)
+                       roofline_floor_ms=floor, device_state=t.device_state, unmeasured=unmeasured)
 
 
 def _reclassify(err: StageError, outcome: SandboxOutcome) -> StageError:

@@ -69,7 +69,8 @@ class Side:
         self.device = device
         msg: dict[str, Any] = {"op": "setup", "cache": bench.get("cache", "cold"),
                                "flush_mib": bench.get("flush_mib"),
-                               "allow_tf32": bool(bench.get("allow_tf32", False))}
+                               "allow_tf32": bool(bench.get("allow_tf32", False)),
+                               "cuda_graph": bool(bench.get("cuda_graph", False))}
         if device == "cpu":
             # A sealed memfd: the runner can write the bytes but cannot shrink the file
             # under the judge's mapping (which would SIGBUS the judge).
@@ -176,6 +177,25 @@ class Evaluation:
         all_dims = self.task["shapes"]["tune"] + self.task["shapes"]["hidden"]
         self.base_threads = -1
         self.nbytes = max(total_bytes(layout(tensors, d)) for d in all_dims)
+
+    def nvml(self) -> tuple[Any, str]:
+        """NVML for clocks/power/throttle per block, or the reason it is unavailable."""
+        if self.dev != "cuda":
+            return None, "no NVML on the CPU"
+        from sandbox.nvml import Nvml
+
+        try:
+            return Nvml.open(str(getattr(torch.cuda.get_device_properties(0), "uuid", "")))
+        except Exception as e:  # a missing symbol in an old driver: report, never fail the run
+            return None, f"NVML error: {e}"
+
+    def gpu_fraction(self) -> float | None:
+        """Per-runner share of the device for ``limits.gpu_memory_mib`` (torch's allocator cap)."""
+        mib = self.s["limits"].get("gpu_memory_mib")
+        if self.dev != "cuda" or not mib:
+            return None
+        total = torch.cuda.get_device_properties(0).total_memory
+        return min(1.0, (int(mib) << 20) / total)
 
     # ---- plumbing -------------------------------------------------------------------
     def left(self, deadline: float) -> float:
@@ -309,7 +329,7 @@ class Evaluation:
     def _open_side(self, path: str, stage: str) -> Side:
         try:
             side = Side(path, self.task.get("entrypoint", "launch"), self.dev, self.nbytes,
-                        self.task.get("benchmark", {}), self.s.get("gpu_fraction"),
+                        self.task.get("benchmark", {}), self.gpu_fraction(),
                         self.left(self.compile_deadline))
         except RunnerFailure as e:
             # Nothing of the candidate has run yet: the harness itself failed to start.
@@ -374,7 +394,12 @@ class Evaluation:
             n += 1
         base_threads = side.runner.request({"op": "call", "noop": True}, self.left(self.run_deadline))["threads"]
         samples, walls, noops, tails, noop_tails, checked = [], [], [], [], [], 0
-        for _ in range(int(b.get("samples", 25)) * int(b.get("reps", 5))):
+        nvml, why_not = self.nvml()
+        blocks: list[dict[str, Any]] = []
+        reps = int(b.get("reps", 5))
+        for i in range(int(b.get("samples", 25)) * reps):
+            if nvml is not None and i % reps == 0:
+                blocks.append({"first_sample": i, **nvml.sample()})
             check = frac >= 1.0 or self.rng.random() < frac
             r = self.timed(side, slots, check, "benchmark")
             checked += int(check)
@@ -390,6 +415,7 @@ class Evaluation:
             noop_tails.append(tail)
         out = dict(stats.summarize(samples))
         escape = escaped_time(samples, walls, noops, self.dev, tails, noop_tails)
+        out.update({"device_state": blocks, "device_state_unmeasured": why_not or None})
         out.update({"samples_ms": samples, "judge_ms": walls, "flagged_samples": escape["flagged"],
                     "overhead_budget_ms": escape["budget_ms"], "checked_calls": checked,
                     "check_policy": "all" if frac >= 1.0 else f"random {frac:.0%} (judge-chosen)",

@@ -1,0 +1,40 @@
+"""The CUDA path end to end (bwrap, CUDA IPC between judge and runner).
+
+Skipped, with the reason shown, on machines without an NVIDIA GPU (CI has none); these
+ran on an H200 for docs/BENCHMARKS.md through bench/calibration.py and bench/gpu_smoke.sh.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.evaluate import EvalRequest, evaluate
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not glob.glob("/dev/nvidia[0-9]*"), reason="no NVIDIA GPU on this machine"),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+
+def test_vector_add_passes_on_cuda_with_event_timing_and_bandwidth() -> None:
+    r = evaluate(EvalRequest(task_dir=ROOT / "examples/vector_add",
+                             candidate=ROOT / "examples/vector_add/candidates/good.py",
+                             backend="bwrap", device="cuda"))
+    assert r.ok, r.errors
+    assert r.timing is not None and r.timing.clock == "cuda_event"
+    assert r.timing.bandwidth_gbps is not None and r.timing.bandwidth_gbps > 100
+
+
+@pytest.mark.parametrize("attack,code", [("side_stream.py", "side_stream"),
+                                         ("background_thread.py", "output_untouched")])
+def test_timing_cheats_are_caught_on_cuda(attack: str, code: str) -> None:
+    r = evaluate(EvalRequest(task_dir=ROOT / "examples/vector_add",
+                             candidate=ROOT / "tests/attacks/runtime" / attack, backend="bwrap",
+                             device="cuda", policy=str(ROOT / "tests/policies/runtime-only.toml")))
+    assert not r.ok and r.errors[0].code in {code, "work_escaped_timing", "wrong_values"}
