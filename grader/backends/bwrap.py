@@ -40,7 +40,7 @@ from grader.backends.base import (
     SandboxOutcome,
     SandboxSpec,
 )
-from grader.backends.watchdog import CappedReader, Watchdog
+from grader.backends.watchdog import CappedReader, GpuMemoryWatchdog, Watchdog
 from grader.errors import SandboxUnavailableError
 from grader.limits import LimitName
 
@@ -254,6 +254,12 @@ class BwrapBackend(SandboxBackend):
                        pids=None if cg else lim.pids, kill=kill_tree,
                        pids_hit=cg.pids_hit if cg else None)
         dog.start()
+        gdog = None
+        if spec.device == "cuda" and lim.gpu_memory_mib:
+            gdog = GpuMemoryWatchdog(proc.pid, lim.gpu_memory_mib << 20, kill_tree)
+            enforcement["gpu_memory"] = ("runner allocator cap + NVML host watchdog" if gdog.available
+                                         else "runner allocator cap (NVML unavailable on the host)")
+            gdog.start()
         timed_out = False
         try:
             proc.wait(timeout=lim.wall_s)
@@ -267,6 +273,8 @@ class BwrapBackend(SandboxBackend):
             raise
         finally:
             dog.stop()
+            if gdog is not None:
+                gdog.stop()
             if cg is not None:
                 cg.kill_all()
             out.join(5)
@@ -279,6 +287,8 @@ class BwrapBackend(SandboxBackend):
         rc = proc.returncode
         fired: LimitName | None = "timeout" if timed_out else (
             "memory_limit" if oom else ("pids_limit" if pids_hit else None))
+        if fired is None and gdog is not None and gdog.fired:
+            fired = gdog.fired
         if fired is None and rc is not None and rc in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
             fired = "disk_limit"
         log.info("sandbox_end", backend="bwrap", label=name, rc=rc, wall_s=round(wall, 3), fired=fired)

@@ -102,3 +102,52 @@ class CappedReader(threading.Thread):
     @property
     def truncated(self) -> bool:
         return self.total > len(self.buf)
+
+
+class GpuMemoryWatchdog(threading.Thread):
+    """Host-side GPU memory limit through NVML (``nvidia-ml-py``), where it is installed.
+
+    The harness also caps each runner's allocator; this catches memory taken around
+    torch's allocator (a raw cudaMalloc in an extension). Sums the device memory NVML
+    reports for the processes of the sandbox's tree, and kills the tree past the limit.
+    """
+
+    def __init__(self, root_pid: int, limit_bytes: int, kill: Callable[[], None],
+                 interval: float = 0.2):
+        super().__init__(daemon=True, name=f"kgrader-gpu-watchdog-{root_pid}")
+        self.root_pid, self.limit, self.kill, self.interval = root_pid, limit_bytes, kill, interval
+        self.fired: LimitName | None = None
+        self.available = False
+        self._stop_event = threading.Event()
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                             for i in range(pynvml.nvmlDeviceGetCount())]
+            self.available = True
+        except Exception:  # no package, no driver: the harness cap still applies
+            self._handles = []
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        while self.available and not self._stop_event.wait(self.interval):
+            try:
+                root = psutil.Process(self.root_pid)
+                pids = {root.pid, *(p.pid for p in root.children(recursive=True))}
+            except psutil.Error:
+                return
+            used = 0
+            for h in self._handles:
+                try:
+                    procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(h)
+                except Exception:
+                    continue
+                used += sum(int(p.usedGpuMemory or 0) for p in procs if p.pid in pids)
+            if used > self.limit:
+                self.fired = "gpu_memory_limit"
+                self.kill()
+                return
