@@ -70,8 +70,7 @@ def build_report(report: Report, spec: TaskSpec, p: JudgePayload, outcome: Sandb
         rep = a.replicate or {}
         rc, rd = rep.get("t_cur"), rep.get("t_cand")
         if isinstance(rc, list) and isinstance(rd, list) and rc and rd:
-            med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-            speedup = float(med(rc)) / float(med(rd))
+            speedup = float(sorted(rc)[len(rc) // 2]) / float(sorted(rd)[len(rd) // 2])
             report.acceptance.replicate_speedup = speedup
             if report.acceptance.accepted and speedup < 1.0:
                 # Winner's curse guard: an independent replicate that contradicts the

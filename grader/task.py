@@ -231,7 +231,7 @@ def eval_expr(expr: str, dims: dict[str, int]) -> float:
     """Evaluate a cost-model expression over dimension values."""
 
     def ev(node: ast.expr) -> float:
-        if isinstance(node, ast.Constant):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
             return float(node.value)
         if isinstance(node, ast.Name):
             if node.id not in dims:

@@ -38,7 +38,7 @@ def _pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, looks: list[int] |
                 r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
             except Exception as e:
                 if side is cur and hasattr(e, "error"):
-                    e.error["code"] = "current_" + e.error["code"]  # type: ignore[attr-defined]
+                    e.error["code"] = "current_" + e.error["code"]
                 raise
             sink.append(r["ms"])
         if seq is not None:

@@ -413,7 +413,7 @@ class Evaluation:
             over, tail = self.noop(side)  # interleaved, so load drifts hit both alike
             noops.append(over)
             noop_tails.append(tail)
-        out = dict(stats.summarize(samples))
+        out: dict[str, Any] = dict(stats.summarize(samples))
         escape = escaped_time(samples, walls, noops, self.dev, tails, noop_tails)
         out.update({"device_state": blocks, "device_state_unmeasured": why_not or None})
         out.update({"samples_ms": samples, "judge_ms": walls, "flagged_samples": escape["flagged"],

@@ -22,18 +22,19 @@ def _time(fn: Any, device: str, reps: int) -> float:
     out = []
     for _ in range(reps):
         if device == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             torch.cuda.synchronize()
             start.record()
             fn()
             end.record()
             torch.cuda.synchronize()
-            out.append(start.elapsed_time(end) / 1e3)
+            out.append(float(start.elapsed_time(end)) / 1e3)
         else:
             t0 = _perf()
             fn()
             out.append(_perf() - t0)
-    return statistics.median(out)
+    return float(statistics.median(out))
 
 
 def measure_peak(device: str, quick: bool = False) -> dict[str, Any]:

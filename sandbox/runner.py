@@ -178,7 +178,7 @@ class Runner:
         if g is None:
             self._harness_streams = True
             try:
-                side = torch.cuda.Stream()
+                side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     fn(*args)  # warm-up outside capture (JIT compilation, autotuning)

@@ -77,9 +77,9 @@ class Timer:
             self._flush_buf = torch.empty(n, dtype=torch.uint8, device=device)
         self.flush_nbytes = 0 if self._flush_buf is None else self._flush_buf.numel()
         if device == "cuda":
-            self._start = _Event(enable_timing=True)
-            self._end = _Event(enable_timing=True)
-            self._idle = _Event(enable_timing=True)
+            self._start = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            self._end = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            self._idle = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     def _flush(self) -> None:
         if self._flush_buf is not None:

@@ -67,7 +67,7 @@ def _python_roots() -> list[str]:
     out = sorted({r for r in roots if r and Path(r).exists()})
     # Drop roots already covered by another root (or by /usr).
     covered = ["/usr"]
-    kept = []
+    kept: list[str] = []
     for r in out:
         if not any(r == c or r.startswith(c.rstrip("/") + "/") for c in covered + kept):
             kept.append(r)
