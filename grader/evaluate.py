@@ -14,6 +14,7 @@ import secrets
 import shutil
 import tempfile
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -81,15 +82,7 @@ def _info(path: Path, src: str) -> CandidateInfo:
 def stage_files(req: EvalRequest, spec: TaskSpec, reference: str, cand_src: str,
                 cur_src: str | None, device: Device, floor_ms: float | None) -> Staged:
     """Write the sandbox's view: ``in/`` (ro sources) and ``out/`` (secret, then result)."""
-    if req.work_dir is not None:
-        req.work_dir.mkdir(parents=True, exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix="eval-", dir=req.work_dir))
-    else:
-        root = Path(tempfile.mkdtemp(prefix="kgrader-"))
-    root.chmod(0o755)
-    in_dir, out_dir = root / "in", root / "out"
-    in_dir.mkdir(mode=0o755)
-    out_dir.mkdir(mode=0o700)
+    root, in_dir, out_dir = make_eval_dirs(req.work_dir, "kgrader-eval-")
     (in_dir / "candidate.py").write_text(cand_src, encoding="utf-8")
     if cur_src is not None:
         (in_dir / "current.py").write_text(cur_src, encoding="utf-8")
@@ -104,6 +97,25 @@ def stage_files(req: EvalRequest, spec: TaskSpec, reference: str, cand_src: str,
         "phase_seed": secrets.randbits(62), "limits": spec.limits.model_dump(),
         "floor_ms": floor_ms,
     }
+    write_secret(out_dir, secret)
+    return Staged(root, in_dir, out_dir, key)
+
+
+def make_eval_dirs(parent: Path | None, prefix: str) -> tuple[Path, Path, Path]:
+    """A private evaluation folder: ``in/`` (world-readable sources) and ``out/`` (0700)."""
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    root.chmod(0o755)
+    in_dir, out_dir = root / "in", root / "out"
+    in_dir.mkdir(mode=0o755)
+    out_dir.mkdir(mode=0o700)
+    return root, in_dir, out_dir
+
+
+def write_secret(out_dir: Path, secret: Mapping[str, object]) -> None:
+    """The judge's secret file: created exclusively, never through a link, owned by the
+    sandbox uid so the judge can read and delete it before any runner starts."""
     sp = out_dir / SECRET_NAME
     fd = os.open(sp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -111,7 +123,6 @@ def stage_files(req: EvalRequest, spec: TaskSpec, reference: str, cand_src: str,
     if os.geteuid() == 0:
         os.chown(sp, SANDBOX_UID, SANDBOX_GID)
         os.chown(out_dir, SANDBOX_UID, SANDBOX_GID)
-    return Staged(root, in_dir, out_dir, key)
 
 
 def evaluate(req: EvalRequest) -> Report:
@@ -208,23 +219,13 @@ def run_judge_mode(secret: dict[str, object], files: dict[str, str], *, backend:
     dev = detect_device() if device == "auto" else device
     be = select_backend(backend, dev)  # type: ignore[arg-type]
     lim = limits or Limits(compile_s=60, run_s=600, memory_mib=8192)
-    root = Path(tempfile.mkdtemp(prefix="kgrader-mode-"))
-    root.chmod(0o755)
-    in_dir, out_dir = root / "in", root / "out"
-    in_dir.mkdir(mode=0o755)
-    out_dir.mkdir(mode=0o700)
+    root, in_dir, out_dir = make_eval_dirs(None, "kgrader-mode-")
     for name, src in files.items():
         (in_dir / name).write_text(src, encoding="utf-8")
         (in_dir / name).chmod(0o444)
     key = secrets.token_bytes(32)
-    sp = out_dir / SECRET_NAME
-    fd = os.open(sp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({**secret, "key": key.hex(), "device": dev, "limits": lim.model_dump(),
-                   "phase_seed": secrets.randbits(62)}, f)
-    if os.geteuid() == 0:
-        os.chown(sp, SANDBOX_UID, SANDBOX_GID)
-        os.chown(out_dir, SANDBOX_UID, SANDBOX_GID)
+    write_secret(out_dir, {**secret, "key": key.hex(), "device": dev, "limits": lim.model_dump(),
+                           "phase_seed": secrets.randbits(62)})
     try:
         outcome = be.run(SandboxSpec(in_dir=in_dir, out_dir=out_dir,
                                      argv=("python3", "-m", "sandbox.judge"), limits=lim,
