@@ -8,8 +8,11 @@ starts and again just before it exits. From the host's own clock around ``backen
 * teardown  = the moment run() returned - the last line's timestamp
 * total     = run() wall time
 
-The floor is ``python3 -c pass`` as a plain subprocess. Medians are printed and written
-as JSON (``--out``).
+The floor is ``python3 -c pass`` as a plain subprocess. A second figure per backend is
+the fixed cost of a whole evaluation that stops after the compile stage (scan, staging,
+judge and runner start, torch and Triton import, one launch of
+``examples/vector_add_small/candidates/good.py`` on the CPU). Medians are printed and
+written as JSON (``--out``).
 
 Usage: python bench/sandbox_overhead.py --backends bwrap,docker --runs 10 --out FILE
 """
@@ -52,6 +55,18 @@ def one(backend_name: str) -> dict[str, float]:
     return {"startup_s": first - t0, "teardown_s": t1 - last, "total_s": t1 - t0}
 
 
+def evaluation(backend_name: str) -> float:
+    from grader.evaluate import EvalRequest, evaluate
+
+    task = ROOT / "examples" / "vector_add_small"
+    t0 = time.time()
+    r = evaluate(EvalRequest(task_dir=task, candidate=task / "candidates" / "good.py",
+                             backend=backend_name, device="cpu", stages=("compile",),
+                             shape_kinds=("tune",)))
+    assert r.ok, r.errors
+    return time.time() - t0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backends", default="bwrap,docker")
@@ -69,10 +84,14 @@ def main() -> int:
         one(name)  # warm caches once, not counted
         runs = [one(name) for _ in range(a.runs)]
         res[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    print(f"{'':24} {'start-up':>10} {'teardown':>10} {'total':>10}   (median of {a.runs}, seconds)")
+        evaluation(name)
+        res[name]["evaluation_compile_only_s"] = statistics.median(evaluation(name) for _ in range(a.runs))
+    print(f"{'':24} {'start-up':>10} {'teardown':>10} {'total':>10} {'evaluation':>11}"
+          f"   (median of {a.runs}, seconds)")
+    nan = float("nan")
     for name, r in res.items():
-        print(f"{name:24} {r.get('startup_s', float('nan')):10.3f} {r.get('teardown_s', float('nan')):10.3f} "
-              f"{r['total_s']:10.3f}")
+        print(f"{name:24} {r.get('startup_s', nan):10.3f} {r.get('teardown_s', nan):10.3f} "
+              f"{r['total_s']:10.3f} {r.get('evaluation_compile_only_s', nan):11.3f}")
     if a.out:
         a.out.write_text(json.dumps({"runs": a.runs, "medians": res,
                                      "date": time.strftime("%Y-%m-%d")}, indent=1))
