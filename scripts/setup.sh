@@ -18,9 +18,13 @@ step() { printf '[setup +%3ss] %s\n' "$((SECONDS - T0))" "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 
 [[ $(id -u) -eq 0 ]] || die "run as root: it installs packages, and the bwrap backend builds namespaces as root"
+# Debian/Ubuntu's own python3 refuses pip installs (PEP 668) unless told otherwise; a
+# grading host installs kgrader into the interpreter the sandbox will bind read-only.
+export PIP_BREAK_SYSTEM_PACKAGES=1
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null || die "$PY must be Python >= 3.11"
 
 apt_missing=()
+"$PY" -m pip --version >/dev/null 2>&1 || apt_missing+=(python3-pip)
 command -v bwrap >/dev/null || apt_missing+=(bubblewrap)
 command -v setpriv >/dev/null || apt_missing+=(util-linux)
 if ((DEV)); then
@@ -53,4 +57,5 @@ if ((DEV)); then
     step "docker engine and sandbox image"
     bash "$REPO/scripts/docker-setup.sh"
 fi
+command -v kgrader >/dev/null || step "note: 'kgrader' is not on PATH here; '$PY -m grader.cli' is the same command"
 step "done: $("$PY" -m grader.cli --version)"

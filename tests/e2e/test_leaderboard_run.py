@@ -178,3 +178,49 @@ def test_ray_engine_gives_the_same_verdicts_as_local(inputs: dict[str, Path], lo
             assert {r.engine for r in st.evaluations()} == {"ray"}
     finally:
         subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, env=env)
+
+
+@pytest.mark.slow
+def test_ray_cluster_going_away_mid_run_gives_a_clear_message_and_keeps_results(
+        tmp_path: Path) -> None:
+    ray_bin = shutil.which("ray")
+    if ray_bin is None:
+        pytest.skip("ray is not installed (pip install ray)")
+    task = tiny_task(tmp_path / "tasks")
+    subs = submissions(tmp_path / "subs", "tiny_add",
+                       {"a": "good", "b": "wrong", "c": "no_mask", "d": "slow", "e": "broken"})
+    port = _free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "KGRADER_LEADERBOARD_SECRET": "s" * 32}
+    start = subprocess.run([ray_bin, "start", "--head", f"--port={port}",
+                            "--node-ip-address=127.0.0.1", "--num-cpus=1",
+                            "--include-dashboard=false", "--disable-usage-stats"],
+                           capture_output=True, text=True, env=env, timeout=180)
+    assert start.returncode == 0, start.stderr[-2000:]
+    state = tmp_path / "state.sqlite"
+    argv = [sys.executable, "-m", "grader.cli", "leaderboard", "run", "--tasks", str(task),
+            "--submissions", str(subs), "--state", str(state), "--engine", "ray",
+            "--ray-address", f"127.0.0.1:{port}", "--device", "cpu", "--backend", "bwrap",
+            "--top-k", "0"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while _count(state) < 1 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert _count(state) >= 1, "no result arrived before the cluster was stopped"
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, env=env)
+    with State.open(state, create=False) as st:
+        finished = {r.key: r.finished_at for r in st.evaluations()}
+    try:
+        _, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the driver hung after the Ray cluster went away")
+    if proc.returncode == 0:  # every evaluation was already done: nothing to lose
+        return
+    assert proc.returncode == 2, err[-3000:]
+    assert "ray" in err.lower() and "Traceback" not in err, err[-3000:]
+    with State.open(state, create=False) as st:
+        after = {r.key: r.finished_at for r in st.evaluations()}
+    assert {k: after[k] for k in finished} == finished  # nothing finished was lost
