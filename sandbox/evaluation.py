@@ -6,15 +6,15 @@ import fcntl
 import math
 import mmap
 import os
-import platform
 import random
-import re
 import time
 from typing import Any
 
 import torch
 
 from sandbox import stats
+from sandbox.device import device_environment
+from sandbox.escape import escaped_time
 from sandbox.proc import RunnerFailure, RunnerHandle
 from sandbox.tensors import DTYPES, Slot, compare, layout, make_input, poison, total_bytes, view
 
@@ -27,37 +27,6 @@ class StageError(Exception):
         super().__init__(message)
         self.error = {"stage": stage, "code": code, "message": message[:4000], "line": line,
                       "detail": detail or {}}
-
-
-def device_environment(device: str) -> dict[str, Any]:
-    """What the report says about the software and the device (the calibration fingerprint)."""
-    env: dict[str, Any] = {"torch": torch.__version__, "python": platform.python_version()}
-    try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except Exception as e:
-        env["triton"] = f"unavailable: {type(e).__name__}"
-    if device == "cuda":
-        p = torch.cuda.get_device_properties(0)
-        env.update({"device_name": p.name, "cuda": torch.version.cuda, "sm": f"{p.major}.{p.minor}",
-                    "memory_gib": round(p.total_memory / 2**30, 1),
-                    "device_uuid": str(getattr(p, "uuid", "")), "driver": _driver_version()})
-    else:
-        env.update({"device_name": platform.processor() or platform.machine(),
-                    "cpu_count": os.cpu_count(),
-                    "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"})
-    return env
-
-
-def _driver_version() -> str | None:
-    try:
-        with open("/proc/driver/nvidia/version") as f:
-            first = f.readline()
-    except OSError:
-        return None
-    m = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", first)
-    return m.group(1) if m else first.strip()[:80]
 
 
 class Side:
@@ -111,42 +80,6 @@ class Side:
 
     def close(self) -> None:
         self.runner.close()
-
-
-def _median(xs: list[float]) -> float:
-    ys = sorted(xs)
-    return ys[len(ys) // 2] if ys else 0.0
-
-
-def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[float],
-                 device: str, tails: list[float] | None = None,
-                 noop_tails: list[float] | None = None) -> dict[str, Any]:
-    """Work the timed region did not see, per call (medians: robust to host load).
-
-    Two clocks, two checks:
-
-    * the judge's own clock: honest calls satisfy ``judge = overhead + ms``, so
-      ``median(judge - ms) - median(noop overhead)`` is near zero, plus the host's launch
-      cost on GPUs (hidden behind the cold-cache flush), hence a 0.1 ms floor there. It
-      catches a tampered clock whatever the device.
-    * on CUDA, the device's idle tail: time from the end event to a marker recorded once
-      the device is idle; anything left running past the end event lengthens it, with no
-      launch cost in it, so its budget can be a few microseconds.
-    """
-    med_ms = _median(ms)
-    floor, rel = (0.5, 0.25) if device == "cpu" else (0.1, 0.25)
-    budget = max(floor, rel * med_ms)
-    hidden = _median([j - m for j, m in zip(judge_ms, ms, strict=True)]) - _median(noop_overhead)
-    out: dict[str, Any] = {"hidden_ms": hidden, "budget_ms": budget, "escaped": hidden > budget,
-                           "flagged": sum(1 for j, m in zip(judge_ms, ms, strict=True)
-                                          if j - m > 2 * (_median(noop_overhead) + budget))}
-    if device != "cpu" and tails and noop_tails:
-        tail_budget = max(0.005, 0.2 * med_ms)
-        tail_hidden = _median(tails) - _median(noop_tails)
-        out.update({"tail_hidden_ms": tail_hidden, "tail_budget_ms": tail_budget})
-        if tail_hidden > tail_budget:
-            out.update({"escaped": True, "hidden_ms": tail_hidden, "budget_ms": tail_budget})
-    return out
 
 
 class Evaluation:

@@ -124,7 +124,7 @@ def main() -> int:
 
 def _measure_peak(key: bytes, secret: dict[str, Any]) -> int:
     """Calibration mode: no candidate at all, only the device's ceilings."""
-    from sandbox.evaluation import device_environment
+    from sandbox.device import device_environment
     from sandbox.roofline import measure_peak
 
     payload: dict[str, Any] = {"stage": None, "errors": [], "warnings": [], "device": secret["device"],

@@ -1,0 +1,41 @@
+"""What the report says about the software and the device (also the calibration fingerprint)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from typing import Any
+
+import torch
+
+
+def device_environment(device: str) -> dict[str, Any]:
+    """What the report says about the software and the device (the calibration fingerprint)."""
+    env: dict[str, Any] = {"torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception as e:
+        env["triton"] = f"unavailable: {type(e).__name__}"
+    if device == "cuda":
+        p = torch.cuda.get_device_properties(0)
+        env.update({"device_name": p.name, "cuda": torch.version.cuda, "sm": f"{p.major}.{p.minor}",
+                    "memory_gib": round(p.total_memory / 2**30, 1),
+                    "device_uuid": str(getattr(p, "uuid", "")), "driver": _driver_version()})
+    else:
+        env.update({"device_name": platform.processor() or platform.machine(),
+                    "cpu_count": os.cpu_count(),
+                    "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"})
+    return env
+
+
+def _driver_version() -> str | None:
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            first = f.readline()
+    except OSError:
+        return None
+    m = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", first)
+    return m.group(1) if m else first.strip()[:80]

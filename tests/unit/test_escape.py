@@ -1,0 +1,46 @@
+"""The escape check: work the timed region did not see, judged from two other clocks."""
+
+from __future__ import annotations
+
+import random
+
+from sandbox.escape import escaped_time
+
+
+def _noisy(base: float, n: int, rng: random.Random, jitter: float) -> list[float]:
+    return [base + rng.uniform(0, jitter) for _ in range(n)]
+
+
+def test_honest_cpu_calls_under_load_are_not_flagged() -> None:
+    rng = random.Random(1)
+    ms = _noisy(40.0, 50, rng, 10.0)
+    overhead = _noisy(2.0, 50, rng, 3.0)  # a loaded host: the overhead itself is noisy
+    judge = [m + o for m, o in zip(ms, _noisy(2.0, 50, rng, 3.0), strict=True)]
+    out = escaped_time(ms, judge, overhead, "cpu")
+    assert not out["escaped"], out
+
+
+def test_a_clock_slowed_a_hundredfold_is_flagged() -> None:
+    rng = random.Random(2)
+    true = _noisy(40.0, 50, rng, 5.0)
+    claimed = [t / 100 for t in true]
+    judge = [t + 2.0 for t in true]
+    out = escaped_time(claimed, judge, [2.0] * 50, "cpu")
+    assert out["escaped"] and out["hidden_ms"] > 30, out
+
+
+def test_gpu_launch_cost_hidden_behind_the_flush_is_not_flagged() -> None:
+    # vector_add on an H200: 17 us of kernel, ~40 us of host launch the judge sees too.
+    ms = [0.017] * 100
+    judge = [0.30 + 0.040 + 0.017] * 100
+    out = escaped_time(ms, judge, [0.30] * 100, "cuda", tails=[0.006] * 100,
+                       noop_tails=[0.006] * 100)
+    assert not out["escaped"], out
+
+
+def test_gpu_work_left_running_past_the_end_event_is_flagged_by_the_idle_tail() -> None:
+    ms = [0.004] * 100  # the events saw only the launch
+    judge = [0.30 + 0.012] * 100
+    out = escaped_time(ms, judge, [0.30] * 100, "cuda", tails=[0.006 + 0.010] * 100,
+                       noop_tails=[0.006] * 100)
+    assert out["escaped"] and out["tail_hidden_ms"] > 0.009, out
