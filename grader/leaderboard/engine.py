@@ -108,8 +108,13 @@ class RayEngine:
         ray_mod: Any = ray
         self.device = "cuda" if device == "cuda" else "cpu"
         try:
+            extra: dict[str, Any] = {}
+            if address.startswith(("127.", "localhost")):
+                # A loopback cluster: keep the driver's own endpoints on loopback too, rather
+                # than on whatever address Ray picks for this host.
+                extra["_node_ip_address"] = "127.0.0.1"
             ray_mod.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                     include_dashboard=False, logging_level=logging.ERROR)
+                         include_dashboard=False, logging_level=logging.ERROR, **extra)
         except Exception as e:
             raise InfrastructureError(f"cannot connect to the Ray cluster at {address!r}: {e}",
                                       hint="start one with `ray start --head` or pass "
