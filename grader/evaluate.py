@@ -2,7 +2,7 @@
 
 The host never imports candidate code, torch or triton. It reads the task, scans the
 source, stages files for the sandbox, runs the judge under a backend, and turns the
-authenticated result record into a :class:`grader.report.Report`.
+authenticated result record into a :class:`grader.report.model.Report`.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from grader.backends.base import (
 from grader.backends.select import detect_device, select_backend
 from grader.errors import UsageError
 from grader.limits import Limits
-from grader.report import CandidateInfo, Report, SandboxInfo, StageError
-from grader.result import JudgePayload, ResultProblem, read_result
+from grader.report.model import CandidateInfo, Report, SandboxInfo, StageError
+from grader.report.record import JudgePayload, ResultProblem, read_result
+from grader.report.summary import build_report
 from grader.scan import load_policy, read_candidate, scan_source
-from grader.summary import build_report
 from grader.task import TaskSpec, load_task
 
 log = structlog.get_logger("kgrader.evaluate")
@@ -155,7 +155,7 @@ def evaluate(req: EvalRequest) -> Report:
     backend = select_backend(req.backend, device)  # type: ignore[arg-type]
     report.stage = "sandbox"
     report.device = device
-    from grader.roofline import floor_ms
+    from grader.measure.floors import floor_ms
 
     floor = spec.roofline_floor_ms if spec.roofline_floor_ms is not None else \
         floor_ms(spec, device, req.peaks)

@@ -61,7 +61,7 @@ import filelock
 from pydantic import BaseModel, ValidationError
 
 from grader.errors import TaskError
-from grader.report import Report
+from grader.report.model import Report
 
 __all__ = [
     "Records",

@@ -93,7 +93,7 @@ def main() -> int:
         return 0
     try:
         if secret.get("mode") == "calibrate":
-            from sandbox.calibration import run_calibration
+            from sandbox.rule_calibration import run_calibration
 
             ev.stage = "accept"
             run_calibration(ev)
@@ -125,7 +125,7 @@ def main() -> int:
 def _measure_peak(key: bytes, secret: dict[str, Any]) -> int:
     """Calibration mode: no candidate at all, only the device's ceilings."""
     from sandbox.device import device_environment
-    from sandbox.roofline import measure_peak
+    from sandbox.peaks import measure_peak
 
     payload: dict[str, Any] = {"stage": None, "errors": [], "warnings": [], "device": secret["device"],
                                "environment": device_environment(secret["device"])}

@@ -1,7 +1,7 @@
 """Statistics for timing samples and for the acceptance rules. Standard library only.
 
 This module is imported inside the sandbox (the judge stops a sequential comparison
-early) and on the host (``grader.accept`` wraps it into report models), so it depends on
+early) and on the host (``grader.measure.accept`` wraps it into report models), so it depends on
 nothing but the standard library and imports nothing from its own package.
 
 Two acceptance rules work on paired timings ``t_cur[i]``, ``t_cand[i]`` (ms) measured in

@@ -120,13 +120,13 @@ else
 fi
 
 # 5. sandbox image (kgrader/cpu:latest) ---------------------------------------------
-# grader.images skips the build when the image's content-hash label already matches
+# grader.backends.images skips the build when the image's content-hash label already matches
 # (Dockerfile + sandbox/ + wheel set + base image id).
 python3 -c 'import docker, click, structlog' 2>/dev/null ||
     die "the host python needs docker, click and structlog: pip install -e '$REPO'"
 step "building $CPU_TAG (skipped when up to date)"
 force=()
 [[ "${KGRADER_FORCE:-0}" == 1 ]] && force=(--force)
-PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" python3 -m grader.cli_docker image build \
+PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" python3 -m grader.cli.docker image build \
     --flavor cpu --base "$BASE_IMAGE" --tag "$CPU_TAG" --wheels "$WHEEL_DIR" "${force[@]}"
 step "done: $CPU_TAG is $(docker image inspect -f '{{.Id}}' "$CPU_TAG" | cut -c1-19)"

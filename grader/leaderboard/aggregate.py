@@ -11,10 +11,10 @@ Definitions (each statistic carries its label on the page):
   unsolved tasks are excluded (they have no time), which is why it is never shown alone;
 * ``median``: median over *all* tasks, unsolved = 0;
 * ``fast_p`` for p in 0, 1, 1.5, 2: share of all tasks solved with speed-up > p (unsolved =
-  speed-up 0; :func:`grader.accept.fast_p`);
+  speed-up 0; :func:`grader.measure.accept.fast_p`);
 * ``floored_geomean``: geometric mean of max(speed-up, 1) over all tasks, unsolved = 1
-  (:func:`grader.accept.floored_geomean`): no task can pull it below "no gain";
-* 95% intervals: percentile bootstrap over tasks (:func:`grader.accept.bootstrap_ci`,
+  (:func:`grader.measure.accept.floored_geomean`): no task can pull it below "no gain";
+* 95% intervals: percentile bootstrap over tasks (:func:`grader.measure.accept.bootstrap_ci`,
   seed 0, so a page is reproducible). With few tasks the intervals are wide; that is the
   honest answer.
 
@@ -28,8 +28,8 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from grader.accept import bootstrap_ci, fast_p, floored_geomean, geomean
 from grader.leaderboard.state import EvalRow
+from grader.measure.accept import bootstrap_ci, fast_p, floored_geomean, geomean
 
 FAST_PS = (0.0, 1.0, 1.5, 2.0)
 CI_SEED = 0

@@ -30,7 +30,7 @@ from typing import Any
 from grader.errors import InfrastructureError, KgraderError
 from grader.leaderboard.seeds import TaskPayload
 from grader.leaderboard.state import EvalRow
-from grader.report import Report
+from grader.report.model import Report
 
 # Policy for the reference check only: the reference is trusted code, and reference
 # implementations use library calls that a task's candidate policy denies.

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.errors import CandidateFileError
-from grader.report import Finding, ScanSummary
+from grader.report.model import Finding, ScanSummary
 from grader.scan.matchers import compile_policy
 from grader.scan.policy import Policy, Rule, list_policies, load_policy, policies_dir
 from grader.scan.python_ast import Walker

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 
-from grader.report import Finding
+from grader.report.model import Finding
 from grader.scan.handlers import (
     ATTR_SETTERS,
     BUILTIN_NAMES,

@@ -26,7 +26,7 @@ import psutil
 from grader.backends.base import SANDBOX_GID, SANDBOX_UID, SandboxOutcome, SandboxSpec
 from grader.evaluate import EvalRequest, evaluate
 from grader.limits import Limits
-from grader.report import Report
+from grader.report.model import Report
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

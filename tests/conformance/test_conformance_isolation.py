@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from grader.report import Report
+from grader.report.model import Report
 
 from ._support import REPO, Host, describe, probe_line
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import psutil
 import pytest
 
-from grader.report import Report
+from grader.report.model import Report
 
 from ._support import GOOD, Host, describe
 

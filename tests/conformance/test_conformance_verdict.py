@@ -16,8 +16,8 @@ import pytest
 from grader.backends.base import RESULT_NAME, SandboxOutcome
 from grader.evaluate import EvalRequest, Staged, collect
 from grader.limits import Limits
-from grader.report import Report
-from grader.result import ResultProblem, read_result
+from grader.report.model import Report
+from grader.report.record import ResultProblem, read_result
 from grader.task import load_task
 
 from ._support import BROKEN, GOOD, RUNTIME_ONLY, TASK, WRONG, Host, backend_object, describe

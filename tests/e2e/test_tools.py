@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from grader import tools
+from grader.agent import tools
 from grader.errors import SandboxUnavailableError
 from grader.records import check_consistency, read_trajectory
 

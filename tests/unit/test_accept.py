@@ -1,4 +1,4 @@
-"""grader/accept.py: the acceptance decision and the leaderboard aggregates."""
+"""grader/measure/accept.py: the acceptance decision and the leaderboard aggregates."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grader.accept import (
+from grader.measure.accept import (
     bootstrap_ci,
     decide,
     fast_p,
     floored_geomean,
     geomean,
 )
-from grader.report import AcceptanceResult
+from grader.report.model import AcceptanceResult
 from grader.task import AcceptanceSpec
 
 SEED = AcceptanceSpec()

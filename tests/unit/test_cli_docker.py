@@ -8,10 +8,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import grader.images as images
-from grader.cli_docker import register
+import grader.backends.images as images
+from grader.backends.images import BuildRequest, content_hash, prepare_context
+from grader.cli.docker import register
 from grader.errors import InfrastructureError
-from grader.images import BuildRequest, content_hash, prepare_context
 
 
 def _cli() -> click.Group:

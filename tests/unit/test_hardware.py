@@ -1,4 +1,4 @@
-"""grader/hardware.py: the calibration cache, keyed by a device/software fingerprint.
+"""grader/measure/peaks.py: the calibration cache, keyed by a device/software fingerprint.
 
 The measurement and the host probe are fakes here (pure cache logic); the real
 calibration runs in tests/e2e.
@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from grader import hardware
 from grader.errors import InfrastructureError
-from grader.hardware import (
+from grader.measure import peaks as hardware
+from grader.measure.peaks import (
     environment_mismatches,
     forget,
     get_peaks,
     load_entries,
     sandbox_fingerprint,
 )
-from grader.result import JudgePayload
+from grader.report.record import JudgePayload
 
 ENV = {"torch": "2.13.0", "triton": "3.9.0", "python": "3.11.7", "device_name": "H200",
        "device_uuid": "GPU-1", "driver": "570.1", "cuda": "12.8", "sm": "9.0"}

@@ -11,7 +11,7 @@ from grader.errors import UsageError
 from grader.leaderboard.job import classify, redact_seeds
 from grader.leaderboard.seeds import Secret, derive_seeds, load_secret, task_payload
 from grader.leaderboard.submissions import discover
-from grader.report import AcceptanceResult, CorrectnessResult, Report, StageError
+from grader.report.model import AcceptanceResult, CorrectnessResult, Report, StageError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TASKS = ["add", "softmax"]

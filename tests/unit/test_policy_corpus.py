@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from grader.cli_scan import register
+from grader.cli.scan import register
 from grader.scan import list_policies, load_policy
 from grader.scan.corpus import run_corpus
 

@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from grader.cli_scan import register
+from grader.cli.scan import register
 from grader.errors import PolicyError
 from grader.scan import load_policy, scan_source
 from grader.scan.policy import effective_severity

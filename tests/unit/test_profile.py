@@ -1,4 +1,4 @@
-"""grader/profile.py: roofline classification and scores, and honest unknowns."""
+"""grader/measure/profile.py: roofline classification and scores, and honest unknowns."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from grader.profile import analyze, roofline_point
-from grader.report import TimingStats
+from grader.measure.profile import analyze, roofline_point
+from grader.report.model import TimingStats
 from grader.task import TaskSpec
 
 # A device with 1000 GB/s and 100 TFLOP/s: the ridge is at 100 flop/byte.

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from grader import records as records_mod
-from grader.cli_records import register
+from grader.cli.records import register
 from grader.errors import TaskError
 from grader.records import Records, check_consistency, read_trajectory
-from grader.report import AcceptanceResult, Report
+from grader.report.model import AcceptanceResult, Report
 
 
 def _task(tmp_path: Path) -> Path:

@@ -23,7 +23,7 @@ KILLS = 32
 CHILD = r"""
 import random, sys
 from grader.records import Records
-from grader.report import AcceptanceResult, Report
+from grader.report.model import AcceptanceResult, Report
 
 import os, time
 import grader.records as R

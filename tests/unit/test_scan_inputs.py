@@ -9,9 +9,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from grader.cli_scan import register
+from grader.cli.scan import register
 from grader.errors import CandidateFileError
-from grader.report import ScanSummary
+from grader.report.model import ScanSummary
 from grader.scan import load_policy, read_candidate, scan_file
 
 LEGIT = Path(__file__).resolve().parent.parent / "legit" / "vector_add.py"

@@ -1,8 +1,8 @@
 """Roofline analysis on the host: where a measured kernel sits against the device's ceilings.
 
 Inputs are all trusted or verified: the task's cost model (bytes moved, flops done at the
-timed shape), the verified median time from a :class:`grader.report.TimingStats`, and
-the calibrated peaks (:mod:`grader.hardware`). Definitions:
+timed shape), the verified median time from a :class:`grader.report.model.TimingStats`, and
+the calibrated peaks (:mod:`grader.measure.peaks`). Definitions:
 
 * ``ai = flops / bytes`` (arithmetic intensity, flop/byte);
 * ``ridge_ai = peak_flops / peak_bandwidth``: kernels with ``ai`` below it are
@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from grader.report import TimingStats
+from grader.report.model import TimingStats
 from grader.task import TaskSpec
 
 __all__ = ["Profile", "RooflinePoint", "analyze", "roofline_point"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from grader.report import Report
+from grader.report.model import Report
 
 
 def _fmt(v: float | None, unit: str = "", digits: int = 4) -> str:

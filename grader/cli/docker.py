@@ -1,7 +1,7 @@
 """CLI commands of the docker backend: ``kgrader image build`` and ``kgrader sandbox cleanup``.
 
 :func:`register` adds them to the main ``kgrader`` group; the module also runs on its own
-(``python -m grader.cli_docker image build ...``) so that ``scripts/docker-setup.sh``
+(``python -m grader.cli.docker image build ...``) so that ``scripts/docker-setup.sh``
 works before the package is installed.
 """
 
@@ -13,8 +13,8 @@ from typing import NoReturn
 
 import click
 
+from grader.backends.images import FLAVORS, BuildRequest, Flavor, build_image
 from grader.errors import KgraderError
-from grader.images import FLAVORS, BuildRequest, Flavor, build_image
 
 
 def _fail(exc: KgraderError) -> NoReturn:

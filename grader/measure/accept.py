@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from grader.report import AcceptanceResult, RuleOutcome
+from grader.report.model import AcceptanceResult, RuleOutcome
 from grader.task import AcceptanceSpec
 from sandbox.stats import (
     SeedRuleResult,

@@ -40,7 +40,7 @@ FLAVORS: tuple[Flavor, ...] = ("cuda", "rocm", "cpu")
 LOCAL_BASE = "kgrader/base:bookworm"
 DEFAULT_WHEEL_CACHE = Path("/var/cache/kgrader/wheels")
 HASH_LABEL = "kgrader.content-hash"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 _DOCKERFILES: dict[Flavor, str] = {
     "cuda": "Dockerfile.cuda",

@@ -1,7 +1,7 @@
 """CLI for the agent tools: ``tool``, ``tools schema``, ``mcp``, ``workspace init``,
 the mirrors ``compile|bench|profile|accept`` and ``calibrate``.
 
-Thin: parses arguments, calls :mod:`grader.tools` / :mod:`grader.hardware`, prints JSON
+Thin: parses arguments, calls :mod:`grader.agent.tools` / :mod:`grader.measure.peaks`, prints JSON
 on stdout. Exit codes: 0 the tool's ``ok`` is true; 1 it is false (the candidate failed
 or was rejected); 2 unusable input (bad JSON, unknown tool, no workspace) or an
 infrastructure fault outside a tool, with a one-line ``error:`` on stderr.
@@ -72,7 +72,7 @@ _workspace_opt = click.option("--workspace", "-w", required=True,
 @_errors_exit_2
 def tool_cmd(name: str, workspace: Path, args_json: str) -> None:
     """Run agent tool NAME on the workspace; print its JSON return."""
-    from grader.tools import call_tool, check_args
+    from grader.agent.tools import call_tool, check_args
 
     text = args_json
     if text.startswith("@"):
@@ -96,7 +96,7 @@ def tools_group() -> None:
 @tools_group.command("schema")
 def tools_schema() -> None:
     """Print the tools' JSON schemas (function-calling format)."""
-    from grader.tools import tool_schemas
+    from grader.agent.tools import tool_schemas
 
     click.echo(json.dumps(tool_schemas(), indent=2))
 
@@ -107,7 +107,7 @@ def tools_schema() -> None:
 def mcp_cmd(workspace: Path) -> None:
     """Serve the agent tools for WORKSPACE over MCP (stdio transport)."""
     try:
-        from grader.mcp_server import build_server
+        from grader.agent.mcp_server import build_server
     except ImportError as e:  # pragma: no cover - the optional dependency is missing
         _fail(f"the MCP server needs the `mcp` package (pip install 'kgrader[mcp]'): {e}")
     build_server(workspace).run("stdio")
@@ -134,7 +134,7 @@ def workspace_group() -> None:
 def workspace_init(directory: Path, task_dir: Path, backend: str, device: str, policy: str | None,
                    quick_calibration: bool, force: bool) -> None:
     """Create workspace DIR fixed to TASK_DIR; print its kgrader.json."""
-    from grader.tools import init_workspace
+    from grader.agent.tools import init_workspace
 
     ws = init_workspace(directory, task_dir, backend=backend, device=device, policy=policy,
                         quick_calibration=quick_calibration, force=force)
@@ -150,8 +150,8 @@ def _mirror(cmd_name: str, tool: str) -> click.Command:
     @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
     @_errors_exit_2
     def command(workspace: Path, file: Path) -> None:
+        from grader.agent.tools import call_tool
         from grader.scan import read_candidate
-        from grader.tools import call_tool
 
         _emit(call_tool(workspace, tool, {"source": read_candidate(file)}))
 
@@ -178,7 +178,7 @@ _MIRRORS = tuple(_mirror(c, t) for c, t in (("compile", "compile_kernel"), ("ben
 def calibrate_cmd(backend: str, device: str, refresh: bool, quick: bool, hardware: Path | None,
                   as_json: bool) -> None:
     """Measure (or read from the cache) the device's copy bandwidth and matmul peaks."""
-    from grader.hardware import get_peaks
+    from grader.measure.peaks import get_peaks
 
     cal = get_peaks(backend, device, refresh=refresh, quick=quick, path=hardware)
     if as_json:

@@ -24,7 +24,7 @@ Returned fields (absent stage = ``null`` fields plus the reason in ``unmeasured`
   task's cost model), ``dims``;
 * profile: ``ai``, ``bound``, ``bottleneck``, ``bandwidth_utilization_pct``,
   ``compute_utilization_pct``, ``roofline_fraction``, ``sm_saturation_pct`` (an alias of
-  ``compute_utilization_pct``, not SM occupancy) and the rest of :class:`grader.profile.Profile`;
+  ``compute_utilization_pct``, not SM occupancy) and the rest of :class:`grader.measure.profile.Profile`;
 * accept: ``accepted``, ``improvementFraction`` (median of ``(t_best - t_cand)/t_best``),
   ``baseline`` (``"best"`` or ``"none"``), ``evaluation`` (the records folder).
 
@@ -54,7 +54,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from grader.errors import CandidateFileError, InfrastructureError, KgraderError, UsageError
 from grader.evaluate import EvalRequest, StageName, evaluate
 from grader.records import Records
-from grader.report import Report
+from grader.report.model import Report
 from grader.task import TaskSpec, format_validation_error, load_task
 
 __all__ = [
@@ -131,7 +131,7 @@ class Workspace:
 
     @property
     def hardware_path(self) -> Path | None:
-        """Where calibrations are cached (None: :func:`grader.hardware.default_path`)."""
+        """Where calibrations are cached (None: :func:`grader.measure.peaks.default_path`)."""
         return None if self.config.hardware is None else (self.root / self.config.hardware)
 
 
@@ -269,15 +269,15 @@ def bench_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, An
 
 
 def _calibration(ws: Workspace, refresh: bool = False) -> Any:
-    from grader.hardware import get_peaks
+    from grader.measure.peaks import get_peaks
 
     return get_peaks(ws.config.backend, ws.config.device, refresh=refresh,
                      quick=ws.config.quick_calibration, path=ws.hardware_path)
 
 
 def _profile_fields(ws: Workspace, report: Report) -> dict[str, Any]:
-    from grader.hardware import environment_mismatches, forget
-    from grader.profile import analyze
+    from grader.measure.peaks import environment_mismatches, forget
+    from grader.measure.profile import analyze
 
     warnings: list[str] = []
     peaks: dict[str, Any] | None = None
@@ -322,7 +322,7 @@ def profile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
 
 
 def measure_peak(workspace: str | Path | Workspace) -> dict[str, Any]:
-    """The device's calibrated peaks (cached per fingerprint; see grader.hardware)."""
+    """The device's calibrated peaks (cached per fingerprint; see grader.measure.peaks)."""
     def body(ws: Workspace) -> dict[str, Any]:
         cal = _calibration(ws)
         peaks = cal.peaks

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from grader.report import StageError
+from grader.report.model import StageError
 
 
 class _Strict(BaseModel):

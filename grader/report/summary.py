@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from grader.accept import decide
 from grader.backends.base import SandboxOutcome
-from grader.report import (
+from grader.measure.accept import decide
+from grader.report.model import (
     AcceptanceResult,
     BadElement,
     CorrectnessResult,
@@ -12,7 +12,7 @@ from grader.report import (
     StageError,
     TimingStats,
 )
-from grader.result import JudgePayload, JudgeTiming
+from grader.report.record import JudgePayload, JudgeTiming
 from grader.task import TaskSpec
 
 

@@ -1,7 +1,7 @@
 """MCP server over stdio exposing the five agent tools for one workspace.
 
 ``kgrader mcp --workspace DIR`` serves ``compile_kernel``, ``bench_kernel``,
-``profile_kernel``, ``measure_peak`` and ``accept_candidate`` (see :mod:`grader.tools`)
+``profile_kernel``, ``measure_peak`` and ``accept_candidate`` (see :mod:`grader.agent.tools`)
 through the ``mcp`` package (v2: :class:`mcp.server.mcpserver.MCPServer`). The workspace
 is fixed when the server starts, so a client can send only kernel source. Each tool's
 result is the tool's dict, as structured content and as JSON text; a candidate's failure
@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from grader import __version__
-from grader import tools as kt
+from grader.agent import tools as kt
 
 __all__ = ["build_server", "serve"]
 
@@ -55,7 +55,7 @@ def build_server(workspace: str | Path) -> Any:
         return kt.accept_candidate(ws, source)
 
     # Sync functions: the SDK runs them in a worker thread, so a long evaluation does not
-    # block the protocol loop; the workspace lock in grader.tools serialises them.
+    # block the protocol loop; the workspace lock in grader.agent.tools serialises them.
     for fn in (compile_kernel, bench_kernel, profile_kernel, measure_peak, accept_candidate):
         server.add_tool(fn, name=fn.__name__, description=kt.tool_description(fn.__name__))
     return server

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from grader import __version__
 from grader.errors import InfrastructureError, KgraderError
-from grader.report import Report, report_json_schema
+from grader.report.model import Report, report_json_schema
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
@@ -90,7 +90,7 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
     if as_json:
         click.echo(report.model_dump_json())
     else:
-        from grader.render import render_report
+        from grader.report.render import render_report
 
         render_report(report, Console())
     sys.exit(exit_code(report))
@@ -103,7 +103,11 @@ def schema() -> None:
 
 
 def _register_all() -> None:
-    from grader import cli_docker, cli_leaderboard, cli_records, cli_scan, cli_tools
+    from grader.cli import docker as cli_docker
+    from grader.cli import leaderboard as cli_leaderboard
+    from grader.cli import records as cli_records
+    from grader.cli import scan as cli_scan
+    from grader.cli import tools as cli_tools
 
     for mod in (cli_scan, cli_records, cli_docker, cli_tools, cli_leaderboard):
         mod.register(main)

@@ -1,0 +1,1 @@
+"""Agent tools (compile, bench, profile, measure_peak, accept) and their MCP server."""

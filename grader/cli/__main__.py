@@ -1,0 +1,3 @@
+from grader.cli.app import entry
+
+entry()

@@ -1,0 +1,1 @@
+"""Measurement on the host: acceptance decisions, roofline floors and profiles, device peaks."""
