@@ -21,6 +21,7 @@ Quick CPU check:   python3 bench/calibration.py --device cpu --quick --out /tmp/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -33,10 +34,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.evaluate import EvalRequest, evaluate, measure_peak, run_judge_mode  # noqa: E402
+from grader.evaluate import (  # noqa: E402
+    EvalRequest,
+    evaluate,
+    measure_peak,
+    mode_request,
+    run_judge_mode,
+)
 from grader.limits import Limits  # noqa: E402
 from grader.task import load_task  # noqa: E402
 from sandbox.stats import SequentialSignTest, seed_rule  # noqa: E402
+from sandbox.wire import CalibrateWire  # noqa: E402
 
 KERNEL = '''import torch
 import triton
@@ -197,13 +205,15 @@ def main() -> int:
                 s["pairs"] = a.pairs
                 s["budget_s"] = budgets[wname] * share
             t0 = time.monotonic()
-            p = run_judge_mode({"mode": "calibrate", "task": spec.model_dump(mode="json"), "reference": ref,
-                                "candidate": "/kg/in/a.py", "scenarios": sc}, files, backend=a.backend,
-                               device=a.device, limits=Limits(compile_s=120, run_s=budgets[wname],
-                                                              memory_mib=65536))
+            req = mode_request("calibrate", a.device, task=spec.to_wire(), reference=ref,
+                               candidate="/kg/in/a.py",
+                               calibrate=CalibrateWire(scenarios=tuple(sc), decisions=a.aa,
+                                                       pairs=a.pairs))
+            p = run_judge_mode(req, files, backend=a.backend,
+                               limits=Limits(compile_s=120, run_s=budgets[wname], memory_mib=65536))
             w["decision_wall_s"] = round(time.monotonic() - t0, 1)
             if p.errors:
-                w["errors"] = [e.model_dump() for e in p.errors]
+                w["errors"] = [dataclasses.asdict(e) for e in p.errors]
             cal = p.calibration or {}
             # Every rule decides at the task's margin (min_improvement_fraction = 0.01); the
             # scenarios differ in the true effect only.
@@ -218,7 +228,7 @@ def main() -> int:
             for cheat in ("side_stream", "background_thread", "batch_and_skip", "lazy_output"):
                 f = tmp / f"{wname}_{cheat}.py"
                 f.write_text(source(cheat))
-                r = evaluate(EvalRequest(task_dir=quick, candidate=f, backend=a.backend, device=a.device,
+                r = evaluate(EvalRequest.from_paths(task_dir=quick, candidate=f, backend=a.backend, device=a.device,
                                          policy=str(ROOT / "tests/policies/runtime-only.toml")))
                 e = r.errors[0] if r.errors else None
                 w["cheats"][cheat] = {"caught": not r.ok, "stage": e.stage if e else None,
@@ -229,7 +239,7 @@ def main() -> int:
             f = tmp / f"{wname}_honest.py"
             f.write_text(source("honest"))
             t0 = time.monotonic()
-            r = evaluate(EvalRequest(task_dir=task, candidate=f, backend=a.backend, device=a.device,
+            r = evaluate(EvalRequest.from_paths(task_dir=task, candidate=f, backend=a.backend, device=a.device,
                                      policy="default"))
             wall = time.monotonic() - t0
             tm = r.timing
@@ -240,7 +250,7 @@ def main() -> int:
                              "wall_per_timed_call_ms": (wall * 1e3 / tm.samples) if tm else None}
             save()
     if "vector_add" in parts:
-        r = evaluate(EvalRequest(task_dir=ROOT / "examples/vector_add",
+        r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
                                  candidate=ROOT / "examples/vector_add/candidates/good.py",
                                  backend=a.backend, device=a.device))
         bw = r.timing.bandwidth_gbps if r.timing else None

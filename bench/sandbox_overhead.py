@@ -60,7 +60,7 @@ def evaluation(backend_name: str) -> float:
 
     task = ROOT / "examples" / "vector_add_small"
     t0 = time.time()
-    r = evaluate(EvalRequest(task_dir=task, candidate=task / "candidates" / "good.py",
+    r = evaluate(EvalRequest.from_paths(task_dir=task, candidate=task / "candidates" / "good.py",
                              backend=backend_name, device="cpu", stages=("compile",),
                              shape_kinds=("tune",)))
     assert r.ok, r.errors

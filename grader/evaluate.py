@@ -1,69 +1,99 @@
 """The pipeline: scan -> stage -> launch -> collect -> report.
 
-The host never imports candidate code, torch or triton. It reads the task, scans the
-source, stages files for the sandbox, runs the judge under a backend, and turns the
-authenticated result record into a :class:`grader.report.model.Report`.
+The host never imports candidate code, torch or triton. It takes an in-memory
+:class:`EvalRequest`, scans the source, writes the judge's :class:`sandbox.wire.JudgeRequest`
+as a secret file, runs the judge under a backend, and turns the authenticated
+:class:`sandbox.wire.Record` into a :class:`grader.report.model.Report`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import secrets
 import shutil
 import tempfile
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import structlog
+from pydantic import BaseModel, ConfigDict, Field
 
 from grader import __version__
-from grader.backends.base import (
-    IN_MOUNT,
-    RESULT_NAME,
-    SANDBOX_GID,
-    SANDBOX_UID,
-    SECRET_NAME,
-    Device,
-    SandboxBackend,
-    SandboxOutcome,
-    SandboxSpec,
-)
+from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
 from grader.backends.select import detect_device, select_backend
-from grader.errors import UsageError
+from grader.errors import InfrastructureError, UsageError
 from grader.limits import Limits
-from grader.report.model import CandidateInfo, Report, SandboxInfo, StageError
-from grader.report.record import JudgePayload, ResultProblem, read_result
-from grader.report.summary import build_report
+from grader.report.model import CandidateInfo, Report, ReportError, SandboxInfo
+from grader.report.record import ResultProblem, read_result
+from grader.report.summary import build_report, no_record_error
 from grader.scan import load_policy, read_candidate, scan_source
+from grader.scan.policy import Policy
 from grader.task import TaskSpec, load_task
+from sandbox import wire
 
 log = structlog.get_logger("kgrader.evaluate")
 StageName = Literal["compile", "correctness", "benchmark"]
+DeviceName = Literal["auto", "cpu", "cuda", "rocm"]
+JUDGE_ARGV = ("python3", "-m", "sandbox.judge")
 
 
-@dataclass
-class EvalRequest:
-    """One evaluation. Only ``task_dir`` and ``candidate`` are required."""
+class Source(BaseModel):
+    """A module's text and the name it is reported under (a path, or a label)."""
 
-    task_dir: Path
-    candidate: Path
-    current: Path | None = None
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    text: str
+
+    @classmethod
+    def read(cls, path: str | Path) -> Source:
+        return cls(name=str(path), text=read_candidate(Path(path)))
+
+    def info(self) -> CandidateInfo:
+        raw = self.text.encode()
+        return CandidateInfo(path=self.name, sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw))
+
+
+class EvalRequest(BaseModel):
+    """One evaluation, entirely in memory: nothing is read back from files."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    task: TaskSpec
+    reference: str
+    candidate: Source
+    current: Source | None = None
+    current_trusted: bool = Field(False, description="The current is trusted (a task's reference).")
+    policy: Policy | str | None = Field(None, description="None: the task's policy.")
+    limits: Limits | None = Field(None, description="None: the task's limits.")
     backend: str = "auto"
-    device: str = "auto"
-    policy: str | None = None
-    limits: dict[str, float | int | None] = field(default_factory=dict)
+    device: DeviceName = "auto"
+    gpu_ids: tuple[str, ...] = ()
     stages: tuple[StageName, ...] = ("compile", "correctness", "benchmark")
-    shape_kinds: tuple[str, ...] = ("tune", "hidden")
+    shape_kinds: tuple[wire.ShapeKind, ...] = ("tune", "hidden")
     work_dir: Path | None = None
     keep: bool = False
-    gpu_ids: tuple[str, ...] = ()
     peaks: dict[str, float] | None = None
-    current_trusted: bool = False  # the current is trusted code (a task's reference): not scanned
+
+    @classmethod
+    def from_paths(cls, task_dir: str | Path, candidate: str | Path, current: str | Path | None = None,
+                   *, limits: dict[str, float | int | None] | Limits | None = None,
+                   **rest: object) -> EvalRequest:
+        """Read the task folder and the sources (the CLI's way in); ``limits`` may be
+        overrides of the task's limits."""
+        spec, reference = load_task(task_dir)
+        if isinstance(limits, dict):
+            limits = spec.limits.override(**limits)
+        return cls.model_validate({
+            "task": spec, "reference": reference, "candidate": Source.read(candidate),
+            "current": Source.read(current) if current is not None else None,
+            "limits": limits, **rest})
+
+    def effective_limits(self) -> Limits:
+        return self.limits if self.limits is not None else self.task.limits
 
 
 @dataclass
@@ -72,33 +102,6 @@ class Staged:
     in_dir: Path
     out_dir: Path
     key: bytes
-
-
-def _info(path: Path, src: str) -> CandidateInfo:
-    raw = src.encode()
-    return CandidateInfo(path=str(path), sha256=hashlib.sha256(raw).hexdigest(), bytes=len(raw))
-
-
-def stage_files(req: EvalRequest, spec: TaskSpec, reference: str, cand_src: str,
-                cur_src: str | None, device: Device, floor_ms: float | None) -> Staged:
-    """Write the sandbox's view: ``in/`` (ro sources) and ``out/`` (secret, then result)."""
-    root, in_dir, out_dir = make_eval_dirs(req.work_dir, "kgrader-eval-")
-    (in_dir / "candidate.py").write_text(cand_src, encoding="utf-8")
-    if cur_src is not None:
-        (in_dir / "current.py").write_text(cur_src, encoding="utf-8")
-    for p in in_dir.iterdir():
-        p.chmod(0o444)
-    key = secrets.token_bytes(32)
-    secret = {
-        "key": key.hex(), "task": spec.model_dump(mode="json"), "reference": reference,
-        "candidate": f"{IN_MOUNT}/candidate.py",
-        "current": f"{IN_MOUNT}/current.py" if cur_src is not None else None,
-        "device": device, "stages": list(req.stages), "shape_kinds": list(req.shape_kinds),
-        "phase_seed": secrets.randbits(62), "limits": spec.limits.model_dump(),
-        "floor_ms": floor_ms,
-    }
-    write_secret(out_dir, secret)
-    return Staged(root, in_dir, out_dir, key)
 
 
 def make_eval_dirs(parent: Path | None, prefix: str) -> tuple[Path, Path, Path]:
@@ -113,66 +116,93 @@ def make_eval_dirs(parent: Path | None, prefix: str) -> tuple[Path, Path, Path]:
     return root, in_dir, out_dir
 
 
-def write_secret(out_dir: Path, secret: Mapping[str, object]) -> None:
-    """The judge's secret file: created exclusively, never through a link, owned by the
-    sandbox uid so the judge can read and delete it before any runner starts."""
-    sp = out_dir / SECRET_NAME
+def write_secret(out_dir: Path, request: wire.JudgeRequest) -> None:
+    """The judge's request file: created exclusively, never through a link, owned by the
+    judge's uid so it can read and delete it before any runner starts."""
+    sp = out_dir / wire.SECRET_NAME
     fd = os.open(sp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(secret, f)
+        f.write(wire.dumps(request))
     if os.geteuid() == 0:
-        os.chown(sp, SANDBOX_UID, SANDBOX_GID)
-        os.chown(out_dir, SANDBOX_UID, SANDBOX_GID)
+        os.chown(sp, wire.JUDGE_UID, wire.JUDGE_GID)
+        os.chown(out_dir, wire.JUDGE_UID, wire.JUDGE_GID)
+
+
+def limits_wire(limits: Limits) -> wire.LimitsWire:
+    return wire.LimitsWire(compile_s=limits.compile_s, run_s=limits.run_s,
+                           gpu_memory_mib=limits.gpu_memory_mib)
+
+
+def stage_files(req: EvalRequest, device: wire.Device, floor_ms: float | None) -> Staged:
+    """Write the sandbox's view: ``in/`` (ro sources) and ``out/`` (secret, then result)."""
+    root, in_dir, out_dir = make_eval_dirs(req.work_dir, "kgrader-eval-")
+    (in_dir / wire.CANDIDATE_NAME).write_text(req.candidate.text, encoding="utf-8")
+    if req.current is not None:
+        (in_dir / wire.CURRENT_NAME).write_text(req.current.text, encoding="utf-8")
+    for p in in_dir.iterdir():
+        p.chmod(0o444)
+    key = secrets.token_bytes(32)
+    write_secret(out_dir, wire.JudgeRequest(
+        wire_version=wire.WIRE_VERSION, key=key.hex(), mode="evaluate", device=device,
+        limits=limits_wire(req.effective_limits()), phase_seed=secrets.randbits(62),
+        task=req.task.to_wire(), reference=req.reference,
+        candidate=f"{wire.IN_MOUNT}/{wire.CANDIDATE_NAME}",
+        current=f"{wire.IN_MOUNT}/{wire.CURRENT_NAME}" if req.current is not None else None,
+        stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms))
+    return Staged(root, in_dir, out_dir, key)
+
+
+def _resolve_device(device: str) -> wire.Device:
+    dev = detect_device() if device == "auto" else device
+    if dev not in ("cpu", "cuda", "rocm"):
+        raise UsageError(f"unknown device {device!r} (auto, cpu, cuda, rocm)")
+    return dev  # type: ignore[return-value]
 
 
 def evaluate(req: EvalRequest) -> Report:
     """Run one evaluation. Raises :class:`UsageError` / :class:`InfrastructureError` only."""
-    spec, reference = load_task(req.task_dir)
-    limits = spec.limits.override(**req.limits) if req.limits else spec.limits
+    spec, limits = req.task, req.effective_limits()
     spec = spec.model_copy(update={"limits": limits})
-    cand_src = read_candidate(req.candidate)
-    cur_src = read_candidate(req.current) if req.current is not None else None
-    report = Report(ok=False, stage="scan", task=spec.name, candidate=_info(req.candidate, cand_src),
-                    current=_info(req.current, cur_src) if req.current and cur_src is not None else None,
+    report = Report(ok=False, stage="scan", task=spec.name, candidate=req.candidate.info(),
+                    current=req.current.info() if req.current is not None else None,
                     kgrader_version=__version__)
-    policy = load_policy(req.policy or spec.policy)
-    scan = scan_source(cand_src, policy, filename=str(req.candidate))
+    policy = req.policy if isinstance(req.policy, Policy) else load_policy(req.policy or spec.policy)
+    scan = scan_source(req.candidate.text, policy, filename=req.candidate.name)
     report.scan = scan.summary()
     denied = [f for f in scan.findings if f.severity == "deny"]
     if denied:
-        report.errors = [StageError(stage="scan", code=f.rule, message=f.message, line=f.line,
-                                    col=f.col, detail={"snippet": f.snippet}) for f in denied]
+        report.errors = [ReportError(stage="scan", code=f.rule, message=f.message, line=f.line,
+                                     col=f.col, origin="candidate", detail={"snippet": f.snippet})
+                         for f in denied]
         return report
     report.warnings += [f"scan: {f.rule} at line {f.line}: {f.message}" for f in scan.findings]
-    if cur_src is not None and not req.current_trusted:
-        cur_scan = scan_source(cur_src, policy, filename=str(req.current))
+    if req.current is not None and not req.current_trusted:
+        cur_scan = scan_source(req.current.text, policy, filename=req.current.name)
         if cur_scan.denied:
-            raise UsageError(f"the current best {req.current} is denied by policy {policy.name}: "
+            raise UsageError(f"the current best {req.current.name} is denied by policy "
+                             f"{policy.name}: "
                              f"{[f.rule for f in cur_scan.findings if f.severity == 'deny']}")
-    device = detect_device() if req.device == "auto" else req.device
-    if device not in ("cpu", "cuda", "rocm"):
-        raise UsageError(f"unknown device {req.device!r} (auto, cpu, cuda, rocm)")
-    backend = select_backend(req.backend, device)  # type: ignore[arg-type]
+    device = _resolve_device(req.device)
+    backend = select_backend(req.backend, device)
     report.stage = "sandbox"
     report.device = device
     from grader.measure.floors import floor_ms
 
     floor = spec.roofline_floor_ms if spec.roofline_floor_ms is not None else \
         floor_ms(spec, device, req.peaks)
-    staged = stage_files(req, spec, reference, cand_src, cur_src, device, floor)  # type: ignore[arg-type]
+    staged = stage_files(req.model_copy(update={"task": spec}), device, floor)
     try:
         outcome = backend.run(SandboxSpec(in_dir=staged.in_dir, out_dir=staged.out_dir,
-                                          argv=("python3", "-m", "sandbox.judge"), limits=limits,
-                                          device=device, gpu_ids=req.gpu_ids,  # type: ignore[arg-type]
-                                          label=uuid.uuid4().hex[:12]))
-        return collect(report, spec, backend, outcome, staged, limits, req)
+                                          argv=JUDGE_ARGV, limits=limits, device=device,
+                                          gpu_ids=req.gpu_ids, label=uuid.uuid4().hex[:12]))
+        return collect(report, spec, backend, outcome, staged, limits)
     finally:
         if not req.keep:
             shutil.rmtree(staged.root, ignore_errors=True)
 
 
 def collect(report: Report, spec: TaskSpec, backend: SandboxBackend, outcome: SandboxOutcome,
-            staged: Staged, limits: Limits, req: EvalRequest) -> Report:
+            staged: Staged, limits: Limits) -> Report:
     report.sandbox = SandboxInfo(
         backend=backend.name, limits=limits, exit_code=outcome.exit_code, signal=outcome.signal,
         timed_out=outcome.timed_out, oom_killed=outcome.oom_killed, limit_fired=outcome.limit_fired,
@@ -180,79 +210,64 @@ def collect(report: Report, spec: TaskSpec, backend: SandboxBackend, outcome: Sa
         stdout_tail=outcome.stdout[-2000:].decode("utf-8", "replace"),
         stderr_tail=outcome.stderr[-4000:].decode("utf-8", "replace"),
         enforcement=outcome.enforcement)
-    payload: JudgePayload | None = None
     try:
-        payload = read_result(staged.out_dir / RESULT_NAME, staged.key, limits.result_bytes)
+        record = read_result(staged.out_dir / wire.RESULT_NAME, staged.key, limits.result_bytes)
     except ResultProblem as p:
-        report.errors.append(_no_result_error(p.error, outcome))
+        report.errors.append(no_record_error(p, outcome))
+        report.stage = report.errors[-1].stage
         log.warning("result_rejected", code=report.errors[-1].code)
         return report
-    return build_report(report, spec, payload, outcome)
+    return build_report(report, spec, record, outcome)
 
 
-def _no_result_error(err: StageError, outcome: SandboxOutcome) -> StageError:
-    """Without a verified record, a limit that fired is still the candidate's fault."""
-    if outcome.limit_fired is not None:
-        return StageError(stage="benchmark" if outcome.limit_fired == "timeout" else "compile",
-                          code=outcome.limit_fired,
-                          message=f"the sandbox was stopped by its {outcome.limit_fired} before the "
-                                  "judge could report; the stage it was in is unknown",
-                          detail={"stage_unknown": True, "record": err.code})
-    if err.code == "result_missing":
-        return StageError(stage="sandbox", code="judge_died",
-                          message="the judge ended without a verified result (killed by the "
-                                  f"candidate, or crashed); exit={outcome.exit_code} "
-                                  f"signal={outcome.signal}",
-                          detail={"exit_code": outcome.exit_code, "signal": outcome.signal})
-    return err
-
-
-def run_judge_mode(secret: dict[str, object], files: dict[str, str], *, backend: str = "auto",
-                   device: str = "auto", limits: Limits | None = None) -> JudgePayload:
+def run_judge_mode(request: wire.JudgeRequest, files: dict[str, str], *, backend: str = "auto",
+                   limits: Limits | None = None) -> wire.Record:
     """Run the judge in a special mode (``measure_peak``, ``calibrate``) and verify its record.
 
-    ``files`` land read-only in ``/kg/in``. Raises :class:`InfrastructureError` when the
-    sandbox produces no verified record.
+    ``request`` carries no key yet (a fresh one is made here); ``files`` land read-only in
+    ``/kg/in``. Raises :class:`InfrastructureError` when the sandbox produces no verified
+    record.
     """
-    from grader.errors import InfrastructureError
-
-    dev = detect_device() if device == "auto" else device
-    be = select_backend(backend, dev)  # type: ignore[arg-type]
     lim = limits or Limits(compile_s=60, run_s=600, memory_mib=8192)
+    be = select_backend(backend, request.device)
     root, in_dir, out_dir = make_eval_dirs(None, "kgrader-mode-")
     for name, src in files.items():
         (in_dir / name).write_text(src, encoding="utf-8")
         (in_dir / name).chmod(0o444)
     key = secrets.token_bytes(32)
-    write_secret(out_dir, {**secret, "key": key.hex(), "device": dev, "limits": lim.model_dump(),
-                           "phase_seed": secrets.randbits(62)})
+    write_secret(out_dir, wire.JudgeRequest(**{**request.__dict__, "key": key.hex(),
+                                               "limits": limits_wire(lim)}))
     try:
-        outcome = be.run(SandboxSpec(in_dir=in_dir, out_dir=out_dir,
-                                     argv=("python3", "-m", "sandbox.judge"), limits=lim,
-                                     device=dev, label=uuid.uuid4().hex[:12]))  # type: ignore[arg-type]
+        outcome = be.run(SandboxSpec(in_dir=in_dir, out_dir=out_dir, argv=JUDGE_ARGV, limits=lim,
+                                     device=request.device, label=uuid.uuid4().hex[:12]))
         try:
-            payload = read_result(out_dir / RESULT_NAME, key, lim.result_bytes)
+            return read_result(out_dir / wire.RESULT_NAME, key, lim.result_bytes)
         except ResultProblem as p:
-            raise InfrastructureError(f"judge mode {secret.get('mode')} produced no verified result "
-                                      f"({p.error.code}); stderr: "
+            raise InfrastructureError(f"judge mode {request.mode} produced no verified result "
+                                      f"({p.code}); stderr: "
                                       f"{outcome.stderr[-800:].decode('utf-8', 'replace')}") from None
-        return payload
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def mode_request(mode: wire.Mode, device: str, **fields: object) -> wire.JudgeRequest:
+    """A keyless request for :func:`run_judge_mode` (the key and limits are filled there)."""
+    return wire.JudgeRequest(wire_version=wire.WIRE_VERSION, key="", mode=mode,
+                             device=_resolve_device(device),
+                             limits=wire.LimitsWire(compile_s=60, run_s=600, gpu_memory_mib=None),
+                             phase_seed=secrets.randbits(62), **fields)  # type: ignore[arg-type]
+
+
 def measure_peak(backend: str = "auto", device: str = "auto", quick: bool = False,
-                 limits: Limits | None = None) -> JudgePayload:
+                 limits: Limits | None = None) -> wire.Record:
     """Run the judge in calibration mode: the device's copy bandwidth and matmul peaks.
 
-    Returns the verified payload (``peaks`` and ``environment``); raises
-    :class:`InfrastructureError` when the sandbox cannot produce a verified record.
+    Returns the verified record (``peaks`` and ``environment``); raises
+    :class:`InfrastructureError` when the sandbox cannot produce one.
     """
-    from grader.errors import InfrastructureError
-
-    payload = run_judge_mode({"mode": "measure_peak", "quick": quick}, {}, backend=backend,
-                             device=device, limits=limits)
-    if payload.errors or payload.peaks is None:
-        msg = payload.errors[0].message if payload.errors else "no peaks"
+    record = run_judge_mode(mode_request("measure_peak", device, quick=quick), {},
+                            backend=backend, limits=limits)
+    if record.errors or record.peaks is None:
+        msg = record.errors[0].message if record.errors else "no peaks"
         raise InfrastructureError(f"calibration failed: {msg}")
-    return payload
+    return record

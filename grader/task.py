@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from grader.errors import TaskError
 from grader.limits import Limits
+from sandbox import wire
 
 DType = Literal["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]
 DTYPE_BYTES: dict[str, int] = {
@@ -113,6 +114,17 @@ class AcceptanceSpec(_Frozen):
     pairs: int = Field(30, ge=1, description="Pairs measured for the seed rule.")
     alpha: float = Field(0.01, gt=0, lt=0.5, description="Controlled rule: total false-accept rate.")
     looks: list[int] = Field(default_factory=lambda: [25, 50, 100, 200], min_length=1)
+    replicate_margin: float = Field(
+        0.0, ge=0, lt=1,
+        description="The independent replicate confirms an acceptance only with a speed-up "
+                    "above 1 + replicate_margin (0: any measured gain).")
+
+    def to_wire(self) -> wire.AcceptanceWire:
+        return wire.AcceptanceWire(
+            rule=self.rule, min_improvement_fraction=self.min_improvement_fraction,
+            min_pairs=self.min_pairs, min_positive_fraction=self.min_positive_fraction,
+            pairs=self.pairs, alpha=self.alpha, looks=tuple(sorted(self.looks)),
+            replicate_margin=self.replicate_margin)
 
 
 class TaskSpec(_Frozen):
@@ -161,6 +173,27 @@ class TaskSpec(_Frozen):
 
     def concrete_shape(self, tensor: TensorSpec, dims: dict[str, int]) -> list[int]:
         return [d if isinstance(d, int) else dims[d] for d in tensor.shape]
+
+    def to_wire(self) -> wire.TaskWire:
+        """What the judge is told: every default resolved here, none restated in the sandbox."""
+        c, b = self.correctness, self.benchmark
+        return wire.TaskWire(
+            name=self.name, entrypoint=self.entrypoint,
+            tensors=tuple(wire.TensorWire(name=t.name, role=t.role, dtype=t.dtype,
+                                          shape=tuple(t.shape), init_kind=t.init.kind,
+                                          mean=t.init.mean, std=t.init.std, low=t.init.low,
+                                          high=t.init.high) for t in self.tensors),
+            tune=tuple(dict(d) for d in self.shapes.tune),
+            hidden=tuple(dict(d) for d in self.shapes.hidden),
+            correctness=wire.CorrectnessWire(
+                seeds=tuple(c.seeds), atol=c.atol, rtol=c.rtol,
+                max_mismatch_fraction=c.max_mismatch_fraction,
+                timed_check_fraction=c.timed_check_fraction),
+            benchmark=wire.BenchmarkWire(
+                warmup=b.warmup, warmup_ms=b.warmup_ms, samples=b.samples, reps=b.reps,
+                cache=b.cache, flush_mib=b.flush_mib, cuda_graph=b.cuda_graph,
+                allow_tf32=b.allow_tf32),
+            acceptance=self.acceptance.to_wire())
 
 
 def load_task(task_dir: str | Path) -> tuple[TaskSpec, str]:

@@ -1,94 +1,97 @@
-"""Paired, interleaved timing of the current best against the candidate (judge side).
+"""The accept stage (judge side): paired, interleaved timing of current best and candidate.
 
-Both sides get the same fresh inputs in each pair, in alternating order (AB, BA, ...), each
-in its own runner with its own buffer, so neither can touch the other's memory. The host
-re-derives the decision from the raw pairs; the judge only decides when to stop measuring
-and whether an independent replicate is needed.
+Both sides get the same fresh inputs in each pair, in alternating order (AB, BA, ...),
+each in its own runner with its own buffer. Every timed call of either side is checked
+like a benchmark call, each side's times pass the escape check, and on the CPU the
+judge's clock gives both sides' times. The judge stops a controlled comparison at its
+looks, and spends an independent replicate only when the task's deciding rule (the same
+function the host decides with) accepts the deciding run; the host owns the decision.
 """
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
-
 from sandbox import stats
-from sandbox.tensors import layout
+from sandbox.benchmark import SideClock, check_threads, warm_up
+from sandbox.evaluation import Evaluation
+from sandbox.failure import StageFailure
+from sandbox.sides import Side
+from sandbox.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
 
-if TYPE_CHECKING:
-    from sandbox.evaluation import Evaluation, Side
 
-
-def _pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, looks: list[int] | None,
-           acc: dict[str, Any]) -> dict[str, list[float]]:
-    dims = ev.task["shapes"]["tune"][0]
-    slots = layout(ev.task["tensors"], dims)
-    frac = float(ev.task["correctness"].get("timed_check_fraction", 1.0))
-    t_cur: list[float] = []
-    t_cand: list[float] = []
-    seq = stats.SequentialSignTest(delta=float(acc["min_improvement_fraction"]),
-                                   alpha=float(acc.get("alpha", 0.01)),
-                                   looks=looks) if looks else None
+def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential: bool) -> PairsRecord:
+    """Up to ``n_max`` interleaved pairs; a controlled rule stops at a decisive look."""
+    acc = ev.task.acceptance
+    slots = ev.slots()
+    frac = ev.task.correctness.timed_check_fraction
+    clocks = {id(cand): SideClock(ev, cand, "accept"), id(cur): SideClock(ev, cur, "accept")}
+    threads = {id(s): ev.noop_threads(s, "accept") for s in (cand, cur)}
+    seq = stats.SequentialSignTest(delta=acc.min_improvement_fraction, alpha=acc.alpha,
+                                   looks=acc.looks) if sequential else None
     for i in range(n_max):
-        inputs = ev._inputs(slots, ev.rng.getrandbits(62))
-        order = [(cand, t_cand), (cur, t_cur)] if i % 2 == 0 else [(cur, t_cur), (cand, t_cand)]
+        inputs = ev.inputs(slots)
+        order = (cand, cur) if i % 2 == 0 else (cur, cand)
         swap = (i // 2) % 2  # every other pair of pairs, the sides trade buffers
-        for side, sink in order:
+        for side in order:
             check = frac >= 1.0 or ev.rng.random() < frac
             try:
                 r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
-            except Exception as e:
-                if side is cur and hasattr(e, "error"):
-                    e.error["code"] = "current_" + e.error["code"]
-                raise
-            sink.append(r["ms"])
+                check_threads(side, r, threads[id(side)], "accept")
+            except StageFailure as e:
+                raise (e.renamed("current_") if side is cur else e) from None
+            clocks[id(side)].add(r)
         if seq is not None:
-            if seq.decision() == "continue" and t_cur[-1] > 0 and t_cand[-1] > 0:
-                seq.add(t_cur[-1], t_cand[-1])
-            if seq.decision() != "continue" and len(t_cur) >= int(acc.get("pairs", 30)):
+            t_cur, t_cand = clocks[id(cur)].ms[-1], clocks[id(cand)].ms[-1]
+            if seq.decision() == "continue" and t_cur > 0 and t_cand > 0:
+                seq.add(t_cur, t_cand)
+            if seq.decision() != "continue" and i + 1 >= acc.pairs:
                 break
-    return {"t_cur": t_cur, "t_cand": t_cand}
+    for side, who in ((cand, "candidate: "), (cur, "current best: ")):
+        try:
+            clocks[id(side)].raise_if_escaped(who)
+        except StageFailure as e:
+            raise (e.renamed("current_") if side is cur else e) from None
+    return PairsRecord(t_cur=tuple(clocks[id(cur)].samples()),
+                       t_cand=tuple(clocks[id(cand)].samples()))
 
 
-def run_acceptance(ev: Evaluation, cand: Side) -> dict[str, Any]:
-    acc = ev.task.get("acceptance", {})
+def open_pair(ev: Evaluation, cand: Side | None = None) -> tuple[Side, Side]:
+    """A current-best runner beside ``cand`` (or a fresh candidate), mapped to each other."""
+    assert ev.req.candidate is not None and ev.req.current is not None
+    if cand is None:
+        cand = ev.open_side(ev.req.candidate, "accept")
     try:
-        cur = ev._open_side(ev.s["current"], "accept")
-    except Exception as e:
-        if hasattr(e, "error"):
-            e.error["code"] = "current_" + e.error["code"]
-            e.error["message"] = "the current best failed to load: " + e.error["message"]
-        raise
-    ev.sides.append(cur)
+        cur = ev.open_side(ev.req.current, "accept")
+    except StageFailure as e:
+        raise e.renamed("current_", "the current best failed to load: ") from None
     cand.map_other(cur, ev.left(ev.run_deadline))
     cur.map_other(cand, ev.left(ev.run_deadline))
-    n_seed = max(int(acc.get("pairs", 30)), int(acc.get("min_pairs", 5)))
-    controlled = acc.get("rule", "seed") == "controlled"
-    looks = sorted(int(x) for x in acc.get("looks", [25, 50, 100, 200]))
-    n_max = max(n_seed, looks[-1]) if controlled else n_seed
-    for _ in range(int(ev.task.get("benchmark", {}).get("warmup", 10))):
-        for side in (cand, cur):  # discarded interleaved pairs: reach a steady power state
-            ev.timed(side, layout(ev.task["tensors"], ev.task["shapes"]["tune"][0]), True, "accept")
-    out: dict[str, Any] = _pairs(ev, cand, cur, n_max, looks if controlled else None, acc)
-    r = [(c - d) / c for c, d in zip(out["t_cur"], out["t_cand"], strict=True) if c > 0]
-    med = sorted(r)[len(r) // 2] if r else -math.inf
-    if med >= float(acc.get("min_improvement_fraction", 0.01)):
-        out["replicate"] = _replicate(ev, cand, cur, n_seed, acc)
-    return out
+    return cand, cur
 
 
-def _replicate(ev: Evaluation, cand: Side, cur: Side, n: int, acc: dict[str, Any]) -> dict[str, Any]:
-    """Winner's curse: the reported speed-up comes from new runners, buffers and seeds."""
+def accepts(acc: AcceptanceWire, pairs: PairsRecord) -> bool:
+    return stats.rule_accepts(pairs.t_cur, pairs.t_cand, rule=acc.rule, min_pairs=acc.min_pairs,
+                              min_improvement_fraction=acc.min_improvement_fraction,
+                              min_positive_fraction=acc.min_positive_fraction, alpha=acc.alpha,
+                              looks=acc.looks)
+
+
+def acceptance_stage(ev: Evaluation, cand: Side) -> AcceptanceRecord:
+    ev.stage = "accept"
+    acc = ev.task.acceptance
+    cand, cur = open_pair(ev, cand)
+    n_seed = max(acc.pairs, acc.min_pairs)
+    controlled = acc.rule == "controlled"
+    n_max = max(n_seed, max(acc.looks)) if controlled else n_seed
+    warm_up(ev, [cand, cur], ev.slots(), "accept")  # discarded pairs: a steady power state
+    deciding = measure_pairs(ev, cand, cur, n_max, controlled)
+    if not accepts(acc, deciding):
+        return AcceptanceRecord(deciding=deciding)
+    # Winner's curse: the reported speed-up comes from new runners, buffers and seeds.
     for side in (cand, cur):
-        side.close()
-        ev.sides.remove(side)
+        ev.close_side(side)
     try:
-        cand2 = ev._open_side(ev.s["candidate"], "accept")
-        ev.sides.append(cand2)
-        cur2 = ev._open_side(ev.s["current"], "accept")
-        ev.sides.append(cur2)
-        cand2.map_other(cur2, ev.left(ev.run_deadline))
-        cur2.map_other(cand2, ev.left(ev.run_deadline))
-    except Exception as e:  # a replicate that cannot start leaves the speed-up unmeasured
-        return {"error": str(e)[:500]}
-    rep = _pairs(ev, cand2, cur2, n, None, acc)
-    return rep
+        cand2, cur2 = open_pair(ev)
+    except StageFailure as e:  # a replicate that cannot start leaves the speed-up unmeasured
+        return AcceptanceRecord(deciding=deciding, replicate_error=e.error.message[:500])
+    return AcceptanceRecord(deciding=deciding,
+                            replicate=measure_pairs(ev, cand2, cur2, n_seed, False))

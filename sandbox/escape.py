@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandbox.stats import median
+
 
 def _median(xs: list[float]) -> float:
-    ys = sorted(xs)
-    return ys[len(ys) // 2] if ys else 0.0
+    return median(xs) if xs else 0.0
 
 
 def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[float],
@@ -20,14 +21,20 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
     * the judge's own clock: honest calls satisfy ``judge = overhead + ms``, so
       ``median(judge - ms) - median(noop overhead)`` is near zero, plus the host's launch
       cost on GPUs (hidden behind the cold-cache flush), hence a 0.1 ms floor there. It
-      catches a tampered clock whatever the device.
+      catches a tampered clock whatever the device; on the CPU, where the judge's clock is
+      the time itself, its budget is half the judge-measured call.
     * on CUDA, the device's idle tail: time from the end event to a marker recorded once
       the device is idle; anything left running past the end event lengthens it, with no
       launch cost in it, so its budget can be a few microseconds.
     """
     med_ms = _median(ms)
-    floor, rel = (0.5, 0.25) if device == "cpu" else (0.1, 0.25)
-    budget = max(floor, rel * med_ms)
+    if device == "cpu":
+        # On the CPU the judge's clock decides the time itself; this is only a cross-check
+        # of the runner's claim, so its budget scales with what the judge measured and is
+        # wide enough that host load (two evaluations on two cores) never trips it.
+        budget = max(2.0, 0.5 * (_median(judge_ms) - _median(noop_overhead)))
+    else:
+        budget = max(0.1, 0.25 * med_ms)
     hidden = _median([j - m for j, m in zip(judge_ms, ms, strict=True)]) - _median(noop_overhead)
     out: dict[str, Any] = {"hidden_ms": hidden, "budget_ms": budget, "escaped": hidden > budget,
                            "flagged": sum(1 for j, m in zip(judge_ms, ms, strict=True)

@@ -1,116 +1,69 @@
-"""The stages of one evaluation, run by the judge: compile, correctness, benchmark, accept."""
+"""The judge's evaluation API: sides, deadlines, inputs, reference outputs, checked calls.
+
+The stages (``compile`` and ``correctness`` in :mod:`sandbox.correctness`, ``benchmark``
+in :mod:`sandbox.benchmark`, ``accept`` in :mod:`sandbox.acceptance`) are built on this
+module's public methods; this module imports none of them.
+"""
 
 from __future__ import annotations
 
-import fcntl
 import math
-import mmap
-import os
 import random
 import time
 from typing import Any
 
 import torch
 
-from sandbox import stats
 from sandbox.device import device_environment
-from sandbox.escape import escaped_time
-from sandbox.proc import RunnerFailure, RunnerHandle
-from sandbox.tensors import DTYPES, Slot, compare, layout, make_input, poison, total_bytes, view
-
-_SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
-
-
-class StageError(Exception):
-    def __init__(self, stage: str, code: str, message: str, line: int | None = None,
-                 detail: dict[str, Any] | None = None):
-        super().__init__(message)
-        self.error = {"stage": stage, "code": code, "message": message[:4000], "line": line,
-                      "detail": detail or {}}
-
-
-class Side:
-    """One untrusted module: its own runner process and its own shared buffer."""
-
-    def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: dict[str, Any],
-                 gpu_fraction: float | None, timeout: float):
-        self.path = path
-        self.device = device
-        msg: dict[str, Any] = {"op": "setup", "cache": bench.get("cache", "cold"),
-                               "flush_mib": bench.get("flush_mib"),
-                               "allow_tf32": bool(bench.get("allow_tf32", False)),
-                               "cuda_graph": bool(bench.get("cuda_graph", False))}
-        if device == "cpu":
-            # A sealed memfd: the runner can write the bytes but cannot shrink the file
-            # under the judge's mapping (which would SIGBUS the judge).
-            fd = os.memfd_create("kgrader-buffer", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
-            os.ftruncate(fd, nbytes)
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
-            self._mm = mmap.mmap(fd, nbytes)
-            self.base = torch.frombuffer(self._mm, dtype=torch.uint8)
-            os.set_inheritable(fd, True)
-            self.runner = RunnerHandle(path, entry, device, pass_fds=(fd,))
-            os.close(fd)
-            self.runner.send({**msg, "memfd": fd, "nbytes": nbytes})
-        else:
-            self.base = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-            self.runner = RunnerHandle(path, entry, device)
-            self.runner.send_forking({**msg, "tensor": self.base, "gpu_fraction": gpu_fraction})
-        self.bases = [self.base]
-        setup = self.runner.receive(timeout, "compile_timeout")
-        self.flush_bytes = int(setup.get("flush_bytes", 0))
-
-    def map_other(self, other: Side, timeout: float) -> None:
-        """Let this runner also address ``other``'s buffer (CUDA only).
-
-        Paired timing then swaps buffers between the sides every other pair, so where a
-        buffer happens to sit in memory cannot favour one side. A runner that writes into
-        the other side's buffer only makes that side fail its checks: the acceptance fails
-        closed.
-        """
-        if self.device != "cuda":
-            return
-        self.runner.send_forking({"op": "map", "tensor": other.base})
-        self.runner.receive(timeout, "compile_timeout")
-        self.bases.append(other.base)
-
-    def views(self, slots: list[Slot], buf: int = 0) -> dict[str, torch.Tensor]:
-        base = self.bases[buf] if buf < len(self.bases) else self.base
-        return {s.name: view(base, s) for s in slots}
-
-    def close(self) -> None:
-        self.runner.close()
+from sandbox.failure import StageFailure, infrastructure
+from sandbox.proc import RunnerFailure
+from sandbox.sides import Side
+from sandbox.tensors import DTYPES, Slot, compare, layout, poison, total_bytes
+from sandbox.tensors import make_input as _make_input
+from sandbox.wire import (
+    WIRE_VERSION,
+    CorrectnessRecord,
+    ErrorStage,
+    ErrorWire,
+    JudgeRequest,
+    Record,
+    TaskWire,
+)
 
 
 class Evaluation:
-    def __init__(self, secret: dict[str, Any]):
-        self.s = secret
-        self.task: dict[str, Any] = secret["task"]
-        self.device: str = secret["device"]
+    """One judge's state: the request, the open sides, the deadlines and the partial record."""
+
+    def __init__(self, req: JudgeRequest):
+        if req.task is None:
+            raise infrastructure("bad_request", "the judge was given no task")
+        self.req = req
+        self.task: TaskWire = req.task
+        self.device: str = req.device
         self.dev = "cuda" if self.device == "cuda" else "cpu"
-        self.stages: list[str] = secret.get("stages") or ["compile", "correctness", "benchmark"]
-        self.shape_kinds: list[str] = secret.get("shape_kinds") or ["tune", "hidden"]
-        self.errors: list[dict[str, Any]] = []
+        self.errors: list[ErrorWire] = []
         self.warnings: list[str] = []
-        self.stage: str | None = None
-        self.result: dict[str, Any] = {}
+        self.stage: ErrorStage | None = None
         self.sides: list[Side] = []
-        self.rng = random.Random(int(secret.get("phase_seed", 0)))
-        lim = secret["limits"]
+        self.rng = random.Random(req.phase_seed)
         self.t0 = time.monotonic()
-        self.compile_deadline = self.t0 + float(lim["compile_s"])
-        self.run_deadline = self.compile_deadline + float(lim["run_s"])
+        self.compile_deadline = self.t0 + req.limits.compile_s
+        self.run_deadline = self.compile_deadline + req.limits.run_s
+        self.compile_s: float | None = None
+        self.correctness: dict[str, Any] = {}
+        self.timing: Any = None
+        self.acceptance: Any = None
+        self.calibration: dict[str, Any] | None = None
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         ns: dict[str, Any] = {"__name__": "kgrader_reference"}
-        exec(compile(secret["reference"], "reference.py", "exec"), ns)  # trusted task code
-        self.ref = ns[self.task.get("entrypoint", "launch")]
-        tensors = self.task["tensors"]
-        self.specs = {t["name"]: t for t in tensors}
-        all_dims = self.task["shapes"]["tune"] + self.task["shapes"]["hidden"]
-        self.base_threads = -1
-        self.nbytes = max(total_bytes(layout(tensors, d)) for d in all_dims)
+        exec(compile(req.reference, "reference.py", "exec"), ns)  # trusted task code
+        self.ref = ns[self.task.entrypoint]
+        self.specs = {t.name: t for t in self.task.tensors}
+        all_dims = self.task.tune + self.task.hidden
+        self.nbytes = max(total_bytes(layout(self.task.tensors, d)) for d in all_dims)
 
+    # ---- device --------------------------------------------------------------------
     def nvml(self) -> tuple[Any, str]:
         """NVML for clocks/power/throttle per block, or the reason it is unavailable."""
         if self.dev != "cuda":
@@ -124,32 +77,38 @@ class Evaluation:
 
     def gpu_fraction(self) -> float | None:
         """Per-runner share of the device for ``limits.gpu_memory_mib`` (torch's allocator cap)."""
-        mib = self.s["limits"].get("gpu_memory_mib")
+        mib = self.req.limits.gpu_memory_mib
         if self.dev != "cuda" or not mib:
             return None
         total = torch.cuda.get_device_properties(0).total_memory
         return min(1.0, (int(mib) << 20) / total)
 
-    # ---- plumbing -------------------------------------------------------------------
+    # ---- deadlines and failures ----------------------------------------------------
     def left(self, deadline: float) -> float:
         return max(0.0, deadline - time.monotonic())
 
-    def _fail(self, stage: str, e: RunnerFailure) -> StageError:
-        if stage == "compile" and e.code == "timeout":
-            e.code = "compile_timeout"
-        return StageError(stage, e.code, e.message, e.line, e.detail)
+    def start_run_clock(self) -> None:
+        """``run_s`` bounds the run stages on their own: unused compile time does not carry."""
+        self.run_deadline = time.monotonic() + self.req.limits.run_s
 
-    def _gen(self, seed: int) -> torch.Generator:
+    @staticmethod
+    def failure(stage: ErrorStage, e: RunnerFailure) -> StageFailure:
+        """A runner's failure is the candidate's (its code names what it did)."""
+        code = "compile_timeout" if stage == "compile" and e.code == "timeout" else e.code
+        return StageFailure(stage, code, e.message, line=e.line, detail=e.detail)
+
+    # ---- inputs and reference ------------------------------------------------------
+    def slots(self, dims: dict[str, int] | None = None) -> list[Slot]:
+        return layout(self.task.tensors, dims if dims is not None else self.task.tune[0])
+
+    def inputs(self, slots: list[Slot], seed: int | None = None) -> dict[str, torch.Tensor]:
+        """Fresh inputs from ``seed``, or from the secret phase seed's stream."""
         g = torch.Generator(device=self.dev)
-        g.manual_seed(seed)
-        return g
-
-    def _inputs(self, slots: list[Slot], seed: int) -> dict[str, torch.Tensor]:
-        g = self._gen(seed)
-        return {s.name: make_input(self.specs[s.name], s.shape, self.dev, g)
+        g.manual_seed(seed if seed is not None else self.rng.getrandbits(62))
+        return {s.name: _make_input(self.specs[s.name], s.shape, self.dev, g)
                 for s in slots if s.role == "input"}
 
-    def _reference(self, slots: list[Slot], inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def reference(self, slots: list[Slot], inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         outs = {s.name: torch.empty(s.shape, dtype=DTYPES[s.dtype], device=self.dev)
                 for s in slots if s.role == "output"}
         for o in outs.values():
@@ -160,8 +119,33 @@ class Evaluation:
             torch.cuda.synchronize()
         return outs
 
+    # ---- sides ---------------------------------------------------------------------
+    def open_side(self, path: str, stage: ErrorStage) -> Side:
+        """Start a runner for ``path`` and load the module (the compile stage's work)."""
+        try:
+            side = Side(path, self.task.entrypoint, self.dev, self.nbytes, self.task.benchmark,
+                        self.gpu_fraction(), self.left(self.compile_deadline))
+        except RunnerFailure as e:
+            # Nothing of the candidate has run yet: the harness itself failed to start.
+            raise infrastructure("runner_setup_failed", "the runner harness failed before loading "
+                                 f"the candidate: {e.message}", e.detail) from None
+        self.sides.append(side)
+        try:
+            reply = side.runner.request({"op": "load"}, self.left(self.compile_deadline),
+                                        "compile_timeout")
+        except RunnerFailure as e:
+            raise self.failure(stage, e) from None
+        side.base_threads = int(reply.get("threads", -1))
+        return side
+
+    def close_side(self, side: Side) -> None:
+        side.close()
+        if side in self.sides:
+            self.sides.remove(side)
+
+    # ---- one checked call ------------------------------------------------------------
     def call(self, side: Side, slots: list[Slot], inputs: dict[str, torch.Tensor], *,
-             stage: str, deadline: float, expected: dict[str, torch.Tensor] | None,
+             stage: ErrorStage, deadline: float, expected: dict[str, torch.Tensor] | None,
              where: dict[str, Any], buf: int = 0) -> dict[str, Any]:
         """Copy inputs in, poison outputs, launch, then check what the runner left."""
         buf = buf if buf < len(side.bases) else 0
@@ -178,37 +162,35 @@ class Evaluation:
             reply = side.runner.request({"op": "call", "args": [s.wire() for s in slots], "buf": buf},
                                         self.left(deadline))
         except RunnerFailure as e:
-            raise self._fail(stage, e) from None
+            raise self.failure(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
         if stage in ("benchmark", "accept") and (reply.get("streams") or reply.get("stream_ok") is False):
-            raise StageError(stage, "side_stream",
-                             f"the candidate created {reply.get('streams')} CUDA stream(s) or left the "
-                             "timed stream: its work would escape the timed events")
+            raise StageFailure(stage, "side_stream",
+                               f"the candidate created {reply.get('streams')} CUDA stream(s) or left "
+                               "the timed stream: its work would escape the timed events")
         if reply.get("flags_ok") is False:
-            raise StageError(stage, "precision_flags_changed",
-                             "the candidate changed the pinned TF32 / precision flags")
+            raise StageFailure(stage, "precision_flags_changed",
+                               "the candidate changed the pinned TF32 / precision flags")
         for s in slots:
             if s.role == "input" and not torch.equal(views[s.name], inputs[s.name]):
-                raise StageError(stage, "input_mutated",
-                                 f"input {s.name!r} was modified by the candidate", detail=where)
+                raise StageFailure(stage, "input_mutated",
+                                   f"input {s.name!r} was modified by the candidate", detail=where)
         if expected is not None:
-            self._check(views, expected, stage, where)
-        ms, wall = reply.get("ms"), reply.get("wall_ms")
-        if not isinstance(ms, int | float) or not isinstance(wall, int | float) \
-                or not math.isfinite(ms) or ms < 0 or ms > judge_ms * 1.05 + 0.05:
-            raise StageError(stage, "timing_inconsistent",
-                             f"runner claimed {ms!r} ms but the judge saw {judge_ms:.3f} ms")
-        tail = reply.get("tail_ms", 0.0)
-        return {"ms": float(ms), "wall_ms": float(wall), "judge_ms": judge_ms,
-                "tail_ms": float(tail) if isinstance(tail, int | float) and math.isfinite(tail) else 0.0,
+            self.check(views, expected, stage, where)
+        ms, wall, tail = _num(reply.get("ms")), _num(reply.get("wall_ms")), _num(reply.get("tail_ms", 0.0))
+        if ms is None or wall is None or ms < 0 or ms > judge_ms * 1.05 + 0.05:
+            raise StageFailure(stage, "timing_inconsistent",
+                               f"runner claimed {reply.get('ms')!r} ms but the judge saw "
+                               f"{judge_ms:.3f} ms")
+        return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms,
+                "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
                 "threads": int(reply.get("threads", -1))}
 
-    def _check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
-               stage: str, where: dict[str, Any]) -> None:
-        c = self.task["correctness"]
+    def check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
+              stage: ErrorStage, where: dict[str, Any]) -> None:
+        c = self.task.correctness
         for name, exp in expected.items():
-            cmp = compare(views[name], exp, float(c["atol"]), float(c["rtol"]),
-                          float(c.get("max_mismatch_fraction", 0.0)))
+            cmp = compare(views[name], exp, c.atol, c.rtol, c.max_mismatch_fraction)
             self._track(cmp.max_abs, cmp.max_rel, cmp.mismatch_fraction)
             if not cmp.ok:
                 fb = cmp.first_bad or {}
@@ -222,159 +204,80 @@ class Evaluation:
                        "actual": fb.get("actual"), "dims": where.get("dims", {}),
                        "seed": where.get("seed"), "shape_kind": where.get("shape_kind"),
                        "phase": where.get("phase", stage)}
-                self.result.setdefault("correctness", {})["first_bad"] = bad
-                raise StageError(stage, "wrong_values" if not untouched else "output_untouched",
-                                 msg, detail={"first_bad": bad})
+                self.correctness["first_bad"] = bad
+                raise StageFailure(stage, "wrong_values" if not untouched else "output_untouched",
+                                   msg, detail={"first_bad": bad})
 
     def _track(self, max_abs: float | None, max_rel: float | None, frac: float) -> None:
-        c = self.result.setdefault("correctness", {})
+        c = self.correctness
         for key, v in (("max_abs_error", max_abs), ("max_rel_error", max_rel),
                        ("mismatch_fraction", frac)):
             if v is not None and math.isfinite(v):
                 c[key] = max(float(c.get(key) or 0.0), v)
 
-    # ---- stages ---------------------------------------------------------------------
-    def run(self) -> None:
-        self.stage = "compile"
-        cand = self._open_side(self.s["candidate"], "compile")
-        self.sides.append(cand)
-        first = self.task["shapes"]["tune"][0]
-        slots = layout(self.task["tensors"], first)
-        seed0 = int(self.task["correctness"]["seeds"][0])
-        inputs = self._inputs(slots, seed0)
-        self.call(cand, slots, inputs, stage="compile", deadline=self.compile_deadline,
-                  expected=None, where={"dims": first, "phase": "compile"})
-        self.result["compile"] = {"s": round(time.monotonic() - self.t0, 3)}
-        # run_s bounds the run stage on its own: unused compile time does not carry over.
-        self.run_deadline = time.monotonic() + float(self.s["limits"]["run_s"])
-        if "correctness" in self.stages:
-            self.stage = "correctness"
-            self.correctness(cand)
-        if "benchmark" in self.stages:
-            self.stage = "benchmark"
-            self.result["timing"] = self.benchmark(cand, "candidate")
-        if self.s.get("current"):
-            self.stage = "accept"
-            from sandbox.acceptance import run_acceptance
-
-            self.result["acceptance"] = run_acceptance(self, cand)
-
-    def _open_side(self, path: str, stage: str) -> Side:
-        try:
-            side = Side(path, self.task.get("entrypoint", "launch"), self.dev, self.nbytes,
-                        self.task.get("benchmark", {}), self.gpu_fraction(),
-                        self.left(self.compile_deadline))
-        except RunnerFailure as e:
-            # Nothing of the candidate has run yet: the harness itself failed to start.
-            raise StageError("sandbox", "runner_setup_failed",
-                             f"the runner harness failed before loading the candidate: {e.message}",
-                             detail=e.detail) from None
-        try:
-            reply = side.runner.request({"op": "load"}, self.left(self.compile_deadline),
-                                        "compile_timeout")
-        except RunnerFailure as e:
-            raise self._fail(stage, e) from None
-        self.base_threads = int(reply.get("threads", -1))
-        return side
-
-    def correctness(self, side: Side) -> None:
-        c = self.task["correctness"]
-        checks, shapes = 0, []
-        for kind in self.shape_kinds:
-            for i, dims in enumerate(self.task["shapes"][kind]):
-                slots = layout(self.task["tensors"], dims)
-                for seed in c["seeds"]:
-                    mixed = int(seed) * 1_000_003 + i * 7919 + (0 if kind == "tune" else 104_729)
-                    inputs = self._inputs(slots, mixed)
-                    expected = self._reference(slots, inputs)
-                    where = {"dims": dims, "seed": int(seed), "shape_kind": kind, "phase": "correctness"}
-                    self.call(side, slots, inputs, stage="correctness", deadline=self.run_deadline,
-                              expected=expected, where=where)
-                    checks += 1
-                shapes.append(dims)
-        self.result.setdefault("correctness", {}).update(
-            {"passed": True, "checks": checks, "shapes_checked": shapes, "seeds": len(c["seeds"])})
-
-    def timed(self, side: Side, slots: list[Slot], check: bool, stage: str, seed: int | None = None,
+    def timed(self, side: Side, slots: list[Slot], check: bool, stage: ErrorStage,
               inputs: dict[str, torch.Tensor] | None = None, buf: int = 0) -> dict[str, Any]:
         """One timed call on fresh inputs (from the secret phase seed), optionally checked."""
         if inputs is None:
-            inputs = self._inputs(slots, seed if seed is not None else self.rng.getrandbits(62))
-        expected = self._reference(slots, inputs) if check else None
-        dims = {k: v for k, v in self.task["shapes"]["tune"][0].items()}
+            inputs = self.inputs(slots)
+        expected = self.reference(slots, inputs) if check else None
         return self.call(side, slots, inputs, stage=stage, deadline=self.run_deadline,
-                         expected=expected, where={"dims": dims, "phase": stage}, buf=buf)
+                         expected=expected, where={"dims": dict(self.task.tune[0]), "phase": stage},
+                         buf=buf)
 
-    def noop(self, side: Side) -> tuple[float, float]:
-        """An empty timed call: (round trip minus its event time, its idle tail)."""
+    def noop(self, side: Side, stage: ErrorStage) -> tuple[float, float, float]:
+        """An empty timed call: (judge round trip, its validated event time, its idle tail).
+
+        The runner's figures are validated against the judge's own round trip: finite,
+        non-negative, and no longer than the round trip that contained them.
+        """
         t0 = time.perf_counter()
         try:
             r = side.runner.request({"op": "call", "noop": True}, self.left(self.run_deadline))
         except RunnerFailure as e:
-            raise self._fail("benchmark", e) from None
-        return (time.perf_counter() - t0) * 1e3 - float(r.get("ms", 0.0)), float(r.get("tail_ms", 0.0))
+            raise self.failure(stage, e) from None
+        judge_ms = (time.perf_counter() - t0) * 1e3
+        ms, tail = _num(r.get("ms")), _num(r.get("tail_ms", 0.0))
+        if ms is None or tail is None or ms < 0 or tail < 0 or ms > judge_ms * 1.05 + 0.05:
+            raise StageFailure(stage, "timing_inconsistent",
+                               f"an empty call claimed {r.get('ms')!r} ms (tail {r.get('tail_ms')!r}) "
+                               f"but the judge saw {judge_ms:.3f} ms")
+        return judge_ms, ms, tail
 
-    def benchmark(self, side: Side, who: str) -> dict[str, Any]:
-        b = self.task.get("benchmark", {})
-        c = self.task["correctness"]
-        dims = self.task["shapes"]["tune"][0]
-        slots = layout(self.task["tensors"], dims)
-        frac = float(c.get("timed_check_fraction", 1.0))
-        t_start = time.monotonic()
-        n = 0
-        while n < int(b.get("warmup", 10)) or (time.monotonic() - t_start) * 1e3 < float(b.get("warmup_ms", 0)):
-            self.timed(side, slots, True, "benchmark")
-            n += 1
-        base_threads = side.runner.request({"op": "call", "noop": True}, self.left(self.run_deadline))["threads"]
-        samples, walls, noops, tails, noop_tails, checked = [], [], [], [], [], 0
-        nvml, why_not = self.nvml()
-        blocks: list[dict[str, Any]] = []
-        reps = int(b.get("reps", 5))
-        for i in range(int(b.get("samples", 25)) * reps):
-            if nvml is not None and i % reps == 0:
-                blocks.append({"first_sample": i, **nvml.sample()})
-            check = frac >= 1.0 or self.rng.random() < frac
-            r = self.timed(side, slots, check, "benchmark")
-            checked += int(check)
-            if r["threads"] > base_threads >= 0:
-                raise StageError("benchmark", "background_thread",
-                                 f"the candidate left {r['threads'] - base_threads} extra thread(s) "
-                                 "running after returning: work may escape the timed region")
-            samples.append(r["ms"])
-            walls.append(r["judge_ms"])
-            tails.append(r["tail_ms"])
-            over, tail = self.noop(side)  # interleaved, so load drifts hit both alike
-            noops.append(over)
-            noop_tails.append(tail)
-        out: dict[str, Any] = dict(stats.summarize(samples))
-        escape = escaped_time(samples, walls, noops, self.dev, tails, noop_tails)
-        out.update({"device_state": blocks, "device_state_unmeasured": why_not or None})
-        out.update({"samples_ms": samples, "judge_ms": walls, "flagged_samples": escape["flagged"],
-                    "overhead_budget_ms": escape["budget_ms"], "checked_calls": checked,
-                    "check_policy": "all" if frac >= 1.0 else f"random {frac:.0%} (judge-chosen)",
-                    "cache": b.get("cache", "cold"), "flush_bytes": side.flush_bytes, "dims": dims,
-                    "clock": "cuda_event" if self.dev == "cuda" else "perf_counter"})
-        if escape["escaped"]:
-            raise StageError("benchmark", "work_escaped_timing",
-                             f"the judge's clock saw {escape['hidden_ms']:.4f} ms per call that the "
-                             f"timed region did not (budget {escape['budget_ms']:.4f} ms): work "
-                             "escaped the timed stream (side stream, thread, deferred work) or the "
-                             "timer was tampered with", detail=escape)
-        floor = self.s.get("floor_ms")
-        if isinstance(floor, int | float) and floor > 0 and out["median"] < floor:
-            raise StageError("benchmark", "below_roofline_floor",
-                             f"median {out['median']:.6f} ms is below the physical floor "
-                             f"{floor:.6f} ms: an anomaly, not a record", detail={"floor_ms": floor})
-        return out
+    def noop_threads(self, side: Side, stage: ErrorStage) -> int:
+        """The runner's thread count after an empty call (its word: a lower bound check)."""
+        try:
+            r = side.runner.request({"op": "call", "noop": True}, self.left(self.run_deadline))
+        except RunnerFailure as e:
+            raise self.failure(stage, e) from None
+        threads = r.get("threads")
+        return threads if isinstance(threads, int) and not isinstance(threads, bool) else -1
 
-    # ---- result ---------------------------------------------------------------------
-    def environment(self) -> dict[str, Any]:
-        return device_environment(self.device)
+    # ---- result ----------------------------------------------------------------------
+    def correctness_record(self) -> CorrectnessRecord | None:
+        if not self.correctness:
+            return None
+        c = self.correctness
+        return CorrectnessRecord(
+            passed=bool(c.get("passed", False)), checks=int(c.get("checks", 0)),
+            shapes_checked=tuple(c.get("shapes_checked", ())), seeds=int(c.get("seeds", 0)),
+            max_abs_error=c.get("max_abs_error"), max_rel_error=c.get("max_rel_error"),
+            mismatch_fraction=c.get("mismatch_fraction"), first_bad=c.get("first_bad"))
 
-    def payload(self) -> dict[str, Any]:
-        return {"stage": self.stage, "errors": self.errors, "warnings": self.warnings,
-                "device": self.device, "environment": self.environment(), **self.result}
+    def record(self) -> Record:
+        return Record(wire_version=WIRE_VERSION, stage=self.stage, errors=tuple(self.errors),
+                      warnings=tuple(self.warnings), device=self.device,
+                      environment=device_environment(self.device), compile_s=self.compile_s,
+                      correctness=self.correctness_record(), timing=self.timing,
+                      acceptance=self.acceptance, calibration=self.calibration)
 
     def shutdown(self) -> None:
-        for side in self.sides:
-            side.close()
+        for side in list(self.sides):
+            self.close_side(side)
+
+
+def _num(x: Any) -> float | None:
+    """A finite number from a runner's reply, or None (the runner's word is untrusted)."""
+    if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x):
+        return float(x)
+    return None

@@ -80,6 +80,13 @@ def summarize(samples: Sequence[float]) -> dict[str, float | int]:
     }
 
 
+def median(values: Sequence[float]) -> float:
+    """The one median definition both sides use (the mean of the middle two for even n)."""
+    if not values:
+        raise ValueError("median of no values")
+    return float(statistics.median(values))
+
+
 # --- pair validation ------------------------------------------------------------------
 
 
@@ -387,3 +394,29 @@ def sequential_sign_test(
             break
     test.finish()
     return test.result()
+
+
+def controlled_rule(t_cur: Sequence[float], t_cand: Sequence[float], *, delta: float, alpha: float,
+                    looks: Sequence[int], min_pairs: int) -> SignTestResult:
+    """The controlled rule as a task applies it: the sequential sign test, and no
+    acceptance from fewer than ``min_pairs`` pairs whatever the test says."""
+    import dataclasses
+
+    res = sequential_sign_test(t_cur, t_cand, delta=delta, alpha=alpha, looks=looks)
+    if pair_problem(t_cur, t_cand) is None and len(t_cur) < min_pairs:
+        res = dataclasses.replace(res, accepted=False,
+                                  reason=f"{len(t_cur)} pairs < min_pairs {min_pairs}; {res.reason}")
+    return res
+
+
+def rule_accepts(t_cur: Sequence[float], t_cand: Sequence[float], *, rule: str, min_pairs: int,
+                 min_improvement_fraction: float, min_positive_fraction: float, alpha: float,
+                 looks: Sequence[int]) -> bool:
+    """Whether the task's deciding rule accepts these pairs: the judge asks this before it
+    spends a replicate, the host asks the same function when it decides."""
+    if rule == "seed":
+        return seed_rule(t_cur, t_cand, min_pairs=min_pairs,
+                         min_improvement_fraction=min_improvement_fraction,
+                         min_positive_fraction=min_positive_fraction).accepted
+    return controlled_rule(t_cur, t_cand, delta=min_improvement_fraction, alpha=alpha, looks=looks,
+                           min_pairs=min_pairs).accepted

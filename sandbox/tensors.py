@@ -7,10 +7,13 @@ judge allocated.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from sandbox.wire import TensorWire
 
 DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -35,14 +38,14 @@ class Slot:
         return {"dtype": self.dtype, "shape": list(self.shape), "offset": self.offset}
 
 
-def layout(tensors: list[dict[str, Any]], dims: dict[str, int]) -> list[Slot]:
+def layout(tensors: Sequence[TensorWire], dims: dict[str, int]) -> list[Slot]:
     """Place every tensor of the task, for one dimension binding, at aligned offsets."""
     slots, off = [], 0
     for t in tensors:
-        shape = tuple(int(d) if isinstance(d, int) else int(dims[d]) for d in t["shape"])
-        itemsize = torch.empty((), dtype=DTYPES[t["dtype"]]).element_size()
+        shape = tuple(int(d) if isinstance(d, int) else int(dims[d]) for d in t.shape)
+        itemsize = torch.empty((), dtype=DTYPES[t.dtype]).element_size()
         nbytes = max(1, math.prod(shape)) * itemsize
-        slots.append(Slot(t["name"], t["role"], t["dtype"], shape, off, nbytes))
+        slots.append(Slot(t.name, t.role, t.dtype, shape, off, nbytes))
         off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
     return slots
 
@@ -58,24 +61,26 @@ def view(base: torch.Tensor, slot: Slot) -> torch.Tensor:
     return raw.view(DTYPES[slot.dtype]).view(slot.shape)
 
 
-def make_input(spec: dict[str, Any], shape: tuple[int, ...], device: str,
+def make_input(spec: TensorWire, shape: tuple[int, ...], device: str,
                gen: torch.Generator) -> torch.Tensor:
-    dtype = DTYPES[spec["dtype"]]
-    init = spec.get("init") or {}
-    kind = init.get("kind", "normal")
+    dtype = DTYPES[spec.dtype]
+    kind = spec.init_kind
     if kind == "randint" or not (dtype.is_floating_point):
-        low = int(init.get("low", 0))
-        high = int(init.get("high", 2 if dtype == torch.bool else 100))
+        low, high = int(spec.low), int(spec.high)
+        if dtype == torch.bool:
+            low, high = 0, 2
+        elif kind != "randint":  # an integer tensor with a float init: the classic range
+            low, high = 0, 100
         if high <= low:
             high = low + 1
         out = torch.randint(low, high, shape, generator=gen, device=device, dtype=torch.int64)
         return out.to(dtype)
     if kind == "uniform":
-        lo, hi = float(init.get("low", 0.0)), float(init.get("high", 1.0))
+        lo, hi = spec.low, spec.high
         out = torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * (hi - lo) + lo
     else:
         out = torch.randn(shape, generator=gen, device=device, dtype=torch.float32)
-        out = out * float(init.get("std", 1.0)) + float(init.get("mean", 0.0))
+        out = out * spec.std + spec.mean
     return out.to(dtype)
 
 

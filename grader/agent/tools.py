@@ -42,20 +42,24 @@ Candidate faults are values (``ok: false``); a broken workspace raises
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import filelock
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from grader.errors import CandidateFileError, InfrastructureError, KgraderError, UsageError
-from grader.evaluate import EvalRequest, StageName, evaluate
-from grader.records import Records
+from grader.agent.workspace import (
+    LOCK_NAME,
+    Workspace,
+    WorkspaceConfig,
+    WorkspaceError,
+    init_workspace,
+)
+from grader.errors import CandidateFileError, KgraderError, UsageError
+from grader.evaluate import EvalRequest, Source, StageName, evaluate
 from grader.report.model import Report
-from grader.task import TaskSpec, format_validation_error, load_task
+from grader.scan import check_source
+from grader.task import load_task
 
 __all__ = [
     "TOOL_NAMES",
@@ -72,116 +76,37 @@ __all__ = [
     "tool_schemas",
 ]
 
-CONFIG_NAME = "kgrader.json"
-RECORDS_NAME = "records"
-LOCK_NAME = ".tool.lock"
 TIMING_KEYS = ("mean_ms", "median_ms", "p95_ms", "std_ms", "min_ms", "cv", "samples",
                "bandwidth_gbps", "tflops", "dims")
-
-
-class WorkspaceError(UsageError):
-    """The workspace folder or its kgrader.json is missing or invalid (the operator's fault)."""
-
-    code = "bad_workspace"
-
-
-class WorkspaceConfig(BaseModel):
-    """``WORKSPACE/kgrader.json``: what the operator fixed for every tool call."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    task: str = Field(description="Task folder; relative paths are relative to the workspace.")
-    backend: Literal["auto", "bwrap", "docker"] = "auto"
-    device: Literal["auto", "cpu", "cuda", "rocm"] = "auto"
-    policy: str | None = Field(None, description="Policy name or path; None: the task's.")
-    quick_calibration: bool = Field(False, description="measure_peak/profile use the quick calibration.")
-    hardware: str | None = Field(None, description="hardware.json path; None: the default.")
-    gpu_ids: list[str] = Field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Workspace:
-    """An opened, validated workspace."""
-
-    root: Path
-    config: WorkspaceConfig
-    task_dir: Path
-    spec: TaskSpec
-
-    @classmethod
-    def open(cls, root: str | Path) -> Workspace:
-        """Read and validate ``root/kgrader.json`` and the task it names."""
-        base = Path(root).resolve()
-        cfg_path = base / CONFIG_NAME
-        try:
-            config = WorkspaceConfig.model_validate_json(cfg_path.read_bytes())
-        except FileNotFoundError:
-            raise WorkspaceError(f"{base} is not a workspace (no {CONFIG_NAME})",
-                                 hint=f"kgrader workspace init {base} --task TASK_DIR") from None
-        except ValidationError as e:
-            raise WorkspaceError(f"{cfg_path}: invalid\n{format_validation_error(e)}") from None
-        task_dir = (base / config.task).resolve()
-        spec, _ = load_task(task_dir)
-        return cls(base, config, task_dir, spec)
-
-    @property
-    def records(self) -> Records:
-        """The workspace's records root (created on first use)."""
-        return Records(self.root / RECORDS_NAME)
-
-    @property
-    def hardware_path(self) -> Path | None:
-        """Where calibrations are cached (None: :func:`grader.measure.peaks.default_path`)."""
-        return None if self.config.hardware is None else (self.root / self.config.hardware)
-
-
-def init_workspace(root: str | Path, task_dir: str | Path, *, backend: str = "auto",
-                   device: str = "auto", policy: str | None = None,
-                   quick_calibration: bool = False, force: bool = False) -> Workspace:
-    """Create ``root/kgrader.json`` naming ``task_dir`` (absolute); refuse to overwrite."""
-    base = Path(root).resolve()
-    load_task(task_dir)  # a workspace never points at a broken task
-    cfg_path = base / CONFIG_NAME
-    if cfg_path.exists() and not force:
-        raise WorkspaceError(f"{cfg_path} exists; pass force to overwrite it")
-    try:
-        config = WorkspaceConfig.model_validate(
-            {"task": str(Path(task_dir).resolve()), "backend": backend, "device": device,
-             "policy": policy, "quick_calibration": quick_calibration})
-    except ValidationError as e:
-        raise WorkspaceError(f"invalid workspace settings\n{format_validation_error(e)}") from None
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = cfg_path.with_name(f".{CONFIG_NAME}.tmp")
-    tmp.write_text(config.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    tmp.replace(cfg_path)
-    (base / RECORDS_NAME).mkdir(exist_ok=True)
-    return Workspace.open(base)
-
-
-# --- shared plumbing ------------------------------------------------------------------
 
 
 def _ws(workspace: str | Path | Workspace) -> Workspace:
     return workspace if isinstance(workspace, Workspace) else Workspace.open(workspace)
 
 
-def _error_dict(stage: str, code: str, message: str, line: int | None = None,
+def _error_dict(stage: str, code: str, message: str, origin: str, line: int | None = None,
                 detail: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"stage": stage, "code": code, "message": message, "line": line, "detail": detail or {}}
+    return {"stage": stage, "code": code, "origin": origin, "message": message, "line": line,
+            "detail": detail or {}}
 
 
 def _fault(tool: str, e: KgraderError) -> dict[str, Any]:
-    """A result for an exception raised while evaluating (not a candidate verdict)."""
-    stage = "scan" if isinstance(e, CandidateFileError) else \
-        "sandbox" if isinstance(e, InfrastructureError) else "usage"
-    return {"tool": tool, "ok": False, "stage": stage, "errors": [_error_dict(stage, e.code, str(e))],
-            "warnings": []}
+    """A result for an exception raised while evaluating. An unusable source is the
+    candidate's fault (stage ``scan``); anything else stopped the tool itself: the
+    workspace, the task or the machine (stage ``sandbox``, origin ``infrastructure``)."""
+    if isinstance(e, CandidateFileError):
+        stage, origin = "scan", "candidate"
+    else:
+        stage, origin = "sandbox", "infrastructure"
+    return {"tool": tool, "ok": False, "stage": stage,
+            "errors": [_error_dict(stage, e.code, str(e), origin)], "warnings": []}
 
 
 def _base(tool: str, report: Report) -> dict[str, Any]:
     return {
         "tool": tool, "ok": report.ok, "stage": report.stage,
-        "errors": [_error_dict(e.stage, e.code, e.message, e.line, e.detail) for e in report.errors],
+        "errors": [_error_dict(e.stage, e.code, e.message, e.origin, e.line, e.detail)
+                   for e in report.errors],
         "warnings": list(report.warnings), "task": report.task, "device": report.device,
         "candidate_sha256": report.candidate.sha256 if report.candidate else None,
     }
@@ -219,20 +144,16 @@ def _timing_fields(report: Report) -> dict[str, Any]:
 
 def _evaluate(ws: Workspace, source: str, stages: tuple[StageName, ...],
               shape_kinds: tuple[str, ...], current: str | None = None) -> Report:
-    if not isinstance(source, str):
-        raise CandidateFileError(f"source must be a string, got {type(source).__name__}")
-    with tempfile.TemporaryDirectory(prefix="kgrader-tool-") as tmp:
-        cand = Path(tmp) / "candidate.py"
-        cand.write_text(source, encoding="utf-8")
-        cur = None
-        if current is not None:
-            cur = Path(tmp) / "current.py"
-            cur.write_text(current, encoding="utf-8")
-        req = EvalRequest(task_dir=ws.task_dir, candidate=cand, current=cur,
-                          backend=ws.config.backend, device=ws.config.device,
-                          policy=ws.config.policy, stages=stages, shape_kinds=shape_kinds,
-                          gpu_ids=tuple(ws.config.gpu_ids))
-        return evaluate(req)
+    spec, reference = load_task(ws.task_dir)
+    req = EvalRequest(task=spec, reference=reference,
+                      candidate=Source(name="candidate.py", text=check_source(source, "candidate")),
+                      current=Source(name="current.py", text=check_source(current, "current"))
+                      if current is not None else None,
+                      backend=ws.config.backend, device=ws.config.device,
+                      policy=ws.config.policy, stages=stages,
+                      shape_kinds=shape_kinds,
+                      gpu_ids=tuple(ws.config.gpu_ids))
+    return evaluate(req)
 
 
 def _logged(name: str, workspace: str | Path | Workspace, args: dict[str, Any],
@@ -347,7 +268,7 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
         best = rec.best_source()
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"),
                            current=best)
-        infra = any(e.stage == "sandbox" for e in report.errors)
+        infra = report.infrastructure_failed()
         acc = report.acceptance
         if best is None:
             accepted = report.ok

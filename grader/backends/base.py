@@ -22,20 +22,25 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from grader.limits import LimitName, Limits
 
-HARNESS_MOUNT = "/kg/harness"
-IN_MOUNT = "/kg/in"
-OUT_MOUNT = "/kg/out"
-SCRATCH_MOUNT = "/tmp"
-RESULT_NAME = "result.json"
-SECRET_NAME = ".judge-secret.json"
-SANDBOX_UID = 65534
-SANDBOX_GID = 65534
+# The layout is part of the host<->judge contract: defined once, in the wire module.
+from sandbox.wire import (
+    HARNESS_MOUNT,
+    IN_MOUNT,
+    OUT_MOUNT,
+    RESULT_NAME,
+    SCRATCH_MOUNT,
+    SECRET_NAME,
+    Device,
+)
+from sandbox.wire import JUDGE_GID as SANDBOX_GID
+from sandbox.wire import JUDGE_UID as SANDBOX_UID
 
-Device = Literal["cpu", "cuda", "rocm"]
+__all__ = ["HARNESS_MOUNT", "IN_MOUNT", "OUT_MOUNT", "RESULT_NAME", "SANDBOX_GID", "SANDBOX_UID",
+           "SCRATCH_MOUNT", "SECRET_NAME", "Device", "SandboxBackend", "SandboxOutcome",
+           "SandboxSpec"]
 
 
 @dataclass(frozen=True)

@@ -15,24 +15,17 @@ import click
 from rich.console import Console
 
 from grader import __version__
-from grader.errors import InfrastructureError, KgraderError
+from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail
+from grader.errors import KgraderError
+from grader.limits import Limits
 from grader.report.model import Report, report_json_schema
-
-EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 
 
 def exit_code(report: Report) -> int:
+    """0 passed, 1 the candidate failed or was rejected, 2 only for infrastructure faults."""
     if report.ok:
         return EXIT_OK
-    if any(e.stage == "sandbox" for e in report.errors):
-        return EXIT_ERROR
-    return EXIT_FAILED
-
-
-def fail(err: KgraderError) -> None:
-    kind = "infrastructure error" if isinstance(err, InfrastructureError) else "error"
-    click.echo(f"{kind}: {err}", err=True)
-    sys.exit(EXIT_ERROR)
+    return EXIT_ERROR if report.infrastructure_failed() else EXIT_FAILED
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,12 +35,14 @@ def main() -> None:
 
 
 def limit_options(f: Any) -> Any:
-    for name, typ, text in (("--compile-s", float, "Compile-stage limit, seconds."),
-                            ("--run-s", float, "Correctness + timing limit, seconds."),
-                            ("--memory-mib", int, "Memory (memory+swap) of the sandbox, MiB."),
-                            ("--pids", int, "Processes + threads in the sandbox."),
-                            ("--tmpfs-mib", int, "Scratch tmpfs size, MiB.")):
-        f = click.option(name, type=typ, default=None, help=text)(f)
+    """One ``--<field>`` option per :class:`Limits` field, typed and described by the model,
+    so a new limit reaches the command line without touching it."""
+    for name, info in reversed(list(Limits.model_fields.items())):
+        ann = info.annotation
+        typ = float if ann in (float, float | None) else int
+        default = info.default
+        text = f"{info.description or name} (task default; model default {default})."
+        f = click.option("--" + name.replace("_", "-"), name, type=typ, default=None, help=text)(f)
     return f
 
 
@@ -70,16 +65,15 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
     from grader.evaluate import EvalRequest, evaluate
 
     try:
-        req = EvalRequest(task_dir=task_dir, candidate=candidate, current=current, backend=backend,
-                          device=device, policy=policy, limits=limits, gpu_ids=gpus)
+        req = EvalRequest.from_paths(task_dir, candidate, current, limits=limits, backend=backend,
+                                     device=device, policy=policy, gpu_ids=gpus)
         report = evaluate(req)
         if records is not None:
             from grader.records import Records
-            from grader.scan import read_candidate
 
             rec = Records(records)
-            folder = rec.new_evaluation(task_dir, read_candidate(candidate),
-                                        read_candidate(current) if current else None)
+            folder = rec.new_evaluation(task_dir, req.candidate.text,
+                                        req.current.text if req.current else None)
             rec.finish(folder, report, report.acceptance.accepted if report.acceptance else None)
     except KgraderError as e:
         fail(e)

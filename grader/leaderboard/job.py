@@ -20,25 +20,24 @@ Speed-up of a submission over the reference, in order of preference:
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from grader.errors import InfrastructureError, KgraderError
 from grader.leaderboard.seeds import TaskPayload
 from grader.leaderboard.state import EvalRow
 from grader.report.model import Report
+from grader.scan.policy import Policy
+from grader.task import TaskSpec
 
 # Policy for the reference check only: the reference is trusted code, and reference
 # implementations use library calls that a task's candidate policy denies.
-REFERENCE_POLICY = ('description = "leaderboard reference check: the task\'s own trusted '
-                    'reference; denies nothing"\npromote_warnings = false\n')
-
-# Sandbox-stage codes that are the machine's fault, not the submission's: not committed.
-INFRA_CODES = frozenset({"sandbox_unavailable", "image_missing", "infrastructure"})
+REFERENCE_POLICY = Policy(name="leaderboard-reference",
+                          description="leaderboard reference check: the task's own trusted "
+                                      "reference; denies nothing",
+                          path="<memory>", chain=("leaderboard-reference",), promote_warnings=False,
+                          native_sources=(), rules=())
 
 
 @dataclass(frozen=True)
@@ -70,27 +69,25 @@ class JobOutcome:
 
 def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local") -> JobOutcome:
     """Evaluate one job; never raises (a kgrader or machine fault becomes ``infra_error``)."""
-    from grader.evaluate import EvalRequest, evaluate
+    from grader.evaluate import EvalRequest, Source, evaluate
+    from grader.scan import check_source
 
     t0 = time.monotonic()
-    root = Path(tempfile.mkdtemp(prefix="kgrader-lb-"))
     try:
-        task_dir = job.task.write(root / "task")
-        cand = root / "submission" / f"{job.task.name}.py"
-        cand.parent.mkdir(mode=0o700)
-        cand.write_text(job.source, encoding="utf-8")
+        spec = TaskSpec.model_validate_json(job.task.task_json)
         kw: dict[str, Any] = {}
         if job.round == "reference":
-            policy_file = root / "reference-policy.toml"
-            policy_file.write_text(REFERENCE_POLICY, encoding="utf-8")
-            kw["policy"] = str(policy_file)
+            kw["policy"] = REFERENCE_POLICY
             kw["stages"] = ("compile", "correctness")
         else:
-            kw["current"] = task_dir / "reference.py"
+            kw["current"] = Source(name=f"{job.task.name}/reference.py", text=job.task.reference)
             kw["current_trusted"] = True  # the task's own reference: trusted, not scanned
             kw["policy"] = job.policy
-        req = EvalRequest(task_dir=task_dir, candidate=cand, backend=job.backend,
-                          device=job.device, limits=dict(job.limits), gpu_ids=gpu_ids, **kw)
+        req = EvalRequest(task=spec, reference=job.task.reference,
+                          candidate=Source(name=f"{job.submission}/{job.task.name}.py",
+                                           text=check_source(job.source)),
+                          backend=job.backend, device=job.device,
+                          limits=spec.limits.override(**dict(job.limits)), gpu_ids=gpu_ids, **kw)
         report = evaluate(req)
     except InfrastructureError as e:
         return JobOutcome(None, f"{type(e).__name__}: {e}")
@@ -99,9 +96,7 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local") -> J
                                None, time.monotonic() - t0, engine))
     except Exception as e:  # a kgrader bug must not end the batch
         return JobOutcome(None, f"internal error: {type(e).__name__}: {e}")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    infra = [e for e in report.errors if e.stage == "sandbox" and e.code in INFRA_CODES]
+    infra = [e for e in report.errors if e.origin == "infrastructure"]
     if infra:
         return JobOutcome(None, f"{infra[0].code}: {infra[0].message}")
     verdict, stage, code, message, speedup, src = classify(report)

@@ -27,19 +27,21 @@ from typing import Any
 
 from grader.report.model import AcceptanceResult, RuleOutcome
 from grader.task import AcceptanceSpec
+from sandbox import wire
 from sandbox.stats import (
     SeedRuleResult,
     SignTestResult,
-    pair_problem,
+    controlled_rule,
+    median,
     percentile,
     seed_rule,
-    sequential_sign_test,
 )
 
 __all__ = [
     "bootstrap_ci",
     "controlled_outcome",
     "decide",
+    "decide_with_replicate",
     "fast_p",
     "floored_geomean",
     "geomean",
@@ -68,12 +70,10 @@ def controlled_outcome(
     ``min_pairs`` applies here too: a task that asks for at least that many pairs gets
     no acceptance from fewer, whatever the test says.
     """
-    res: SignTestResult = sequential_sign_test(
-        t_cur, t_cand, delta=spec.min_improvement_fraction, alpha=spec.alpha, looks=spec.looks
-    )
+    res: SignTestResult = controlled_rule(
+        t_cur, t_cand, delta=spec.min_improvement_fraction, alpha=spec.alpha, looks=spec.looks,
+        min_pairs=spec.min_pairs)
     accepted, reason = res.accepted, res.reason
-    if pair_problem(t_cur, t_cand) is None and len(t_cur) < spec.min_pairs:
-        accepted, reason = False, f"{len(t_cur)} pairs < min_pairs {spec.min_pairs}; {reason}"
     numbers: dict[str, Any] = asdict(res)
     del numbers["accepted"], numbers["reason"]
     last = res.last
@@ -124,6 +124,35 @@ def decide(t_cur: Sequence[float], t_cand: Sequence[float], spec: AcceptanceSpec
         rules=[seed, controlled],
         unmeasured=unmeasured,
     )
+
+
+def decide_with_replicate(rec: wire.AcceptanceRecord, spec: AcceptanceSpec) -> AcceptanceResult:
+    """The whole decision: the deciding run by the task's rule, then the replicate's veto.
+
+    Winner's curse: the reported speed-up comes from an independent replicate (new
+    runners, buffers and seeds), and an acceptance stands only when that replicate
+    measures a speed-up above ``1 + spec.replicate_margin``. The judge runs the replicate
+    exactly when this module's rule accepts the deciding run (it calls the same function).
+    """
+    result = decide(rec.deciding.t_cur, rec.deciding.t_cand, spec)
+    rep = rec.replicate
+    if rep is not None and rep.t_cur and rep.t_cand:
+        speedup = median(rep.t_cur) / median(rep.t_cand)
+        result.replicate_speedup = speedup
+        need = 1.0 + spec.replicate_margin
+        if result.accepted and not speedup > need:
+            result.accepted = False
+            result.reason = (f"not confirmed: the independent replicate measured a speed-up of "
+                             f"{speedup:.4f}x (needs > {need:.4f}x); deciding run said: "
+                             f"{result.reason}")
+        return result
+    if result.accepted:
+        result.accepted = False
+        result.reason = "not confirmed: the independent replicate did not run"
+    result.unmeasured["replicate_speedup"] = (
+        f"replicate failed: {rec.replicate_error}" if rec.replicate_error else
+        "no replicate: the deciding run did not accept the candidate")
+    return result
 
 
 # --- aggregates -----------------------------------------------------------------------

@@ -54,7 +54,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from grader.errors import SandboxUnavailableError, UsageError
-from grader.report.record import JudgePayload
+from sandbox.wire import Record
 
 __all__ = [
     "CACHE_VERSION",
@@ -79,7 +79,7 @@ _CALIBRATION_CODE = Path(__file__).resolve().parents[2] / "sandbox" / "peaks.py"
 _FINGERPRINT_KEYS = ("device_name", "device_uuid", "driver", "cpu_count", "torch", "triton",
                      "python", "cuda", "sm")
 
-Measure = Callable[[str, str, bool], JudgePayload]
+Measure = Callable[[str, str, bool], Record]
 Probe = Callable[[str, str], dict[str, Any]]
 
 
@@ -290,7 +290,7 @@ def _lookup(entries: list[Calibration], key: str, quick: bool) -> Calibration | 
     return None
 
 
-def _default_measure(backend: str, device: str, quick: bool) -> JudgePayload:
+def _default_measure(backend: str, device: str, quick: bool) -> Record:
     from grader.evaluate import measure_peak
 
     return measure_peak(backend, device, quick)

@@ -4,7 +4,9 @@ Rules the model enforces or documents:
 
 * a stage that was not reached is absent (``None``), never zero;
 * a field that could not be measured is ``None`` and its reason is in ``unmeasured``;
-* infrastructure faults (stage ``sandbox``) are kept apart from the candidate's faults.
+* every error says whose fault it is (``origin``): the candidate's, or the
+  infrastructure's (kgrader, the machine, the task's own reference). Exit codes, the
+  leaderboard and the agent tools derive from ``origin`` alone.
 """
 
 from __future__ import annotations
@@ -16,21 +18,28 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from grader.limits import LimitName, Limits
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"
 
-Stage = Literal["scan", "sandbox", "compile", "correctness", "benchmark", "accept"]
-STAGE_ORDER: tuple[Stage, ...] = ("scan", "sandbox", "compile", "correctness", "benchmark", "accept")
+Stage = Literal["scan", "sandbox", "compile", "correctness", "benchmark", "accept", "integrity"]
+STAGE_ORDER: tuple[Stage, ...] = ("scan", "sandbox", "compile", "correctness", "benchmark", "accept",
+                                  "integrity")
+Origin = Literal["candidate", "infrastructure"]
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class StageError(_Model):
-    """One failure: which stage, a stable machine code, and words for a person."""
+class ReportError(_Model):
+    """One failure: which stage, a stable machine code, whose fault, and words for a person.
+
+    ``integrity`` is the stage of a candidate that attacked the harness itself (killed
+    the judge, forged or flooded the record, tampered with the judge's folder).
+    """
 
     stage: Stage
     code: str = Field(pattern=r"^[a-z][a-z0-9_.\-]*$", max_length=64)
+    origin: Origin
     message: str = Field(max_length=4000)
     line: int | None = None
     col: int | None = None
@@ -91,6 +100,9 @@ class TimingStats(_Model):
     tflops: float | None = None
     device: str
     clock: Literal["cuda_event", "perf_counter"]
+    mode: Literal["events", "cuda_graph", "perf_counter"] = Field(
+        description="How each sample was taken: CUDA events around one launch, CUDA-graph "
+                    "replay, or the judge's own clock (CPU).")
     cache: Literal["cold", "hot"]
     dims: dict[str, int] = Field(default_factory=dict)
     checked_calls: int = 0
@@ -151,7 +163,7 @@ class Report(_Model):
     kgrader_version: str = ""
     ok: bool
     stage: Stage | None = Field(description="The last stage reached.")
-    errors: list[StageError] = Field(default_factory=list)
+    errors: list[ReportError] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     task: str | None = None
     candidate: CandidateInfo | None = None
@@ -171,6 +183,10 @@ class Report(_Model):
 
     def error_codes(self) -> list[str]:
         return [e.code for e in self.errors]
+
+    def infrastructure_failed(self) -> bool:
+        """Whether kgrader or the machine, not the candidate, stopped this evaluation."""
+        return any(e.origin == "infrastructure" for e in self.errors)
 
 
 def report_json_schema() -> dict[str, Any]:

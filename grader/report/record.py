@@ -11,90 +11,45 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import stat
 from pathlib import Path
-from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sandbox import wire
 
-from grader.report.model import StageError
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class JudgeError(_Strict):
-    stage: Literal["sandbox", "compile", "correctness", "benchmark", "accept"]
-    code: str = Field(pattern=r"^[a-z][a-z0-9_.\-]*$", max_length=64)
-    message: str = Field(max_length=8000)
-    line: int | None = None
-    detail: dict[str, Any] = Field(default_factory=dict)
-
-
-class JudgeTiming(_Strict):
-    mean: float
-    median: float
-    p95: float
-    std: float
-    min: float
-    cv: float
-    n: int
-    samples_ms: list[float]
-    judge_ms: list[float]
-    flagged_samples: int
-    overhead_budget_ms: float
-    checked_calls: int
-    check_policy: str
-    cache: Literal["cold", "hot"]
-    flush_bytes: int
-    dims: dict[str, int]
-    clock: Literal["cuda_event", "perf_counter"]
-    max: float | None = None
-    device_state: list[dict[str, Any]] = Field(default_factory=list, max_length=10000)
-    device_state_unmeasured: str | None = None
-
-
-class JudgeAcceptance(_Strict):
-    t_cur: list[float]
-    t_cand: list[float]
-    replicate: dict[str, Any] | None = None
-
-
-class JudgeCorrectness(_Strict):
-    passed: bool = False
-    checks: int = 0
-    shapes_checked: list[dict[str, int]] = Field(default_factory=list)
-    seeds: int = 0
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    mismatch_fraction: float | None = None
-    first_bad: dict[str, Any] | None = None
-
-
-class JudgePayload(_Strict):
-    stage: Literal["sandbox", "compile", "correctness", "benchmark", "accept"] | None
-    errors: list[JudgeError] = Field(max_length=100)
-    warnings: list[str] = Field(default_factory=list, max_length=100)
-    device: str
-    environment: dict[str, Any]
-    compile: dict[str, float] | None = None
-    correctness: JudgeCorrectness | None = None
-    timing: JudgeTiming | None = None
-    acceptance: JudgeAcceptance | None = None
-    peaks: dict[str, Any] | None = None
-    calibration: dict[str, Any] | None = None
+# The record's schema is the wire contract itself, parsed strictly by
+# ``wire.record_from_json`` (unknown keys, missing keys, wrong types) after the MAC
+# verifies. Caps on what a record may hold keep a buggy judge from flooding the report.
+MAX_ERRORS = 100
+MAX_WARNINGS = 100
+MAX_MESSAGE = 8000
+CODE = re.compile(r"^[a-z][a-z0-9_.\-]*$")
 
 
 class ResultProblem(Exception):
-    """The record is missing, oversized, forged or malformed."""
+    """The record is missing, oversized, forged or malformed. ``authentic`` says whether
+    the judge wrote it (its MAC verified): only then can the fault be the harness's."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, *, authentic: bool = False):
         super().__init__(message)
-        self.error = StageError(stage="sandbox", code=code, message=message)
+        self.code = code
+        self.message = message
+        self.authentic = authentic
 
 
-def read_result(path: Path, key: bytes, max_bytes: int) -> JudgePayload:
+def _caps(rec: wire.Record) -> str | None:
+    if len(rec.errors) > MAX_ERRORS or len(rec.warnings) > MAX_WARNINGS:
+        return f"{len(rec.errors)} errors / {len(rec.warnings)} warnings (caps {MAX_ERRORS})"
+    for e in rec.errors:
+        if not CODE.match(e.code) or len(e.code) > 64 or len(e.message) > MAX_MESSAGE:
+            return f"error code {e.code[:70]!r} or its message breaks the contract"
+    if rec.stage == "integrity" or any(e.stage == "integrity" and e.code != "out_tampered"
+                                       for e in rec.errors):
+        return "only the host may judge integrity, apart from out_tampered"
+    return None
+
+
+def read_result(path: Path, key: bytes, max_bytes: int) -> wire.Record:
     """Open without following links, cap the size, verify the MAC, validate strictly."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -126,7 +81,13 @@ def read_result(path: Path, key: bytes, max_bytes: int) -> JudgePayload:
         raise ResultProblem("result_forged",
                             "result record failed authentication: it was not written by the judge")
     try:
-        return JudgePayload.model_validate_json(body)
-    except ValidationError as e:
-        raise ResultProblem("result_malformed", f"authenticated record does not match the schema: "
-                            f"{e.error_count()} problem(s), first: {e.errors()[0]['msg']}") from None
+        rec = wire.record_from_json(body)
+    except wire.WireFormatError as e:
+        code = "wire_mismatch" if "wire version" in str(e) else "result_malformed"
+        raise ResultProblem(code, f"authenticated record does not match the contract: {e}",
+                            authentic=True) from None
+    problem = _caps(rec)
+    if problem is not None:
+        raise ResultProblem("result_malformed", f"authenticated record rejected: {problem}",
+                            authentic=True)
+    return rec

@@ -1,22 +1,28 @@
-"""Turning a verified judge payload and the backend's outcome into the report."""
+"""Turning a verified judge record and the backend's outcome into the report.
+
+The report's parts are built from the wire record (:mod:`sandbox.wire`), never beside
+it; the acceptance decision, the replicate's veto included, is :mod:`grader.measure.accept`'s.
+"""
 
 from __future__ import annotations
 
 from grader.backends.base import SandboxOutcome
-from grader.measure.accept import decide
+from grader.measure.accept import decide_with_replicate
 from grader.report.model import (
     AcceptanceResult,
     BadElement,
     CorrectnessResult,
     Report,
-    StageError,
+    ReportError,
     TimingStats,
 )
-from grader.report.record import JudgePayload, JudgeTiming
+from grader.report.record import ResultProblem
 from grader.task import TaskSpec
+from sandbox import wire
 
 
-def timing_stats(spec: TaskSpec, t: JudgeTiming, device: str, floor: float | None = None) -> TimingStats:
+def timing_stats(spec: TaskSpec, t: wire.TimingRecord, device: str,
+                 floor: float | None = None) -> TimingStats:
     unmeasured: dict[str, str] = {}
     if t.device_state_unmeasured:
         unmeasured["device_state"] = t.device_state_unmeasured
@@ -31,13 +37,16 @@ def timing_stats(spec: TaskSpec, t: JudgeTiming, device: str, floor: float | Non
         tf = flops / (t.median * 1e-3) / 1e12
     return TimingStats(samples=t.n, mean_ms=t.mean, median_ms=t.median, p95_ms=t.p95, std_ms=t.std,
                        min_ms=t.min, cv=t.cv, bandwidth_gbps=bw, tflops=tf, device=device,
-                       clock=t.clock, cache=t.cache, dims=t.dims, checked_calls=t.checked_calls,
-                       check_policy=t.check_policy, flagged_samples=t.flagged_samples,
-                       roofline_floor_ms=floor, device_state=t.device_state, unmeasured=unmeasured)
+                       clock=t.clock, mode=t.mode, cache=t.cache, dims=t.dims,
+                       checked_calls=t.checked_calls, check_policy=t.check_policy,
+                       flagged_samples=t.flagged_samples, roofline_floor_ms=floor,
+                       device_state=list(t.device_state), unmeasured=unmeasured)
 
 
-def _reclassify(err: StageError, outcome: SandboxOutcome) -> StageError:
-    """A runner SIGKILLed while a cgroup limit fired was killed by that limit."""
+def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
+    """The judge's error as reported; a runner killed while a limit fired was killed by it."""
+    err = ReportError(stage=e.stage, code=e.code, origin=e.origin, message=e.message,
+                      line=e.line, detail=dict(e.detail))
     if err.code in ("signal", "early_exit") and outcome.oom_killed:
         return err.model_copy(update={"code": "memory_limit",
                                       "message": "memory limit reached (the kernel's OOM killer "
@@ -48,51 +57,56 @@ def _reclassify(err: StageError, outcome: SandboxOutcome) -> StageError:
     return err
 
 
-def build_report(report: Report, spec: TaskSpec, p: JudgePayload, outcome: SandboxOutcome) -> Report:
-    report.stage = p.stage
-    report.environment = p.environment
-    report.device = (p.environment.get("device_name") and f"{p.device}: {p.environment['device_name']}") or p.device
-    report.warnings += p.warnings
-    report.errors += [_reclassify(StageError(**e.model_dump()), outcome) for e in p.errors]
-    if p.correctness is not None:
-        c = p.correctness
+def no_record_error(p: ResultProblem, outcome: SandboxOutcome) -> ReportError:
+    """No verified record. Whose fault: a limit that fired, or a candidate that killed the
+    judge or forged, flooded or planted the record, is the candidate's; an authentic
+    record the host cannot read (version skew, a judge bug) is the infrastructure's."""
+    if p.authentic:
+        return ReportError(stage="sandbox", code=p.code, origin="infrastructure", message=p.message)
+    if outcome.limit_fired is not None:
+        return ReportError(stage="benchmark" if outcome.limit_fired == "timeout" else "compile",
+                           code=outcome.limit_fired, origin="candidate",
+                           message=f"the sandbox was stopped by its {outcome.limit_fired} before "
+                                   "the judge could report; the stage it was in is unknown",
+                           detail={"stage_unknown": True, "record": p.code})
+    if p.code == "result_missing":
+        return ReportError(stage="integrity", code="judge_died", origin="candidate",
+                           message="the judge ended without a verified result: a runner killed it "
+                                   f"or its sandbox (exit={outcome.exit_code} "
+                                   f"signal={outcome.signal})",
+                           detail={"exit_code": outcome.exit_code, "signal": outcome.signal})
+    return ReportError(stage="integrity", code=p.code, origin="candidate", message=p.message)
+
+
+def build_report(report: Report, spec: TaskSpec, rec: wire.Record, outcome: SandboxOutcome) -> Report:
+    report.stage = rec.stage
+    report.environment = rec.environment
+    name = rec.environment.get("device_name")
+    report.device = f"{rec.device}: {name}" if name else rec.device
+    report.warnings += list(rec.warnings)
+    report.errors += [_error(e, outcome) for e in rec.errors]
+    if rec.correctness is not None:
+        c = rec.correctness
         report.correctness = CorrectnessResult(
             passed=c.passed and not any(e.stage == "correctness" for e in report.errors),
-            checks=c.checks, shapes_checked=c.shapes_checked, seeds=c.seeds,
+            checks=c.checks, shapes_checked=list(c.shapes_checked), seeds=c.seeds,
             max_abs_error=c.max_abs_error, max_rel_error=c.max_rel_error,
             mismatch_fraction=c.mismatch_fraction,
             first_bad=BadElement(**c.first_bad) if c.first_bad else None)
-    if p.timing is not None:
-        report.timing = timing_stats(spec, p.timing, report.device or p.device)
-    if p.acceptance is not None:
-        a = p.acceptance
-        report.acceptance = decide(a.t_cur, a.t_cand, spec.acceptance)
-        rep = a.replicate or {}
-        rc, rd = rep.get("t_cur"), rep.get("t_cand")
-        if isinstance(rc, list) and isinstance(rd, list) and rc and rd:
-            speedup = float(sorted(rc)[len(rc) // 2]) / float(sorted(rd)[len(rd) // 2])
-            report.acceptance.replicate_speedup = speedup
-            if report.acceptance.accepted and speedup < 1.0:
-                # Winner's curse guard: an independent replicate that contradicts the
-                # deciding run (candidate slower) turns the acceptance into a rejection.
-                report.acceptance.accepted = False
-                report.acceptance.reason = (f"not confirmed: the independent replicate measured a "
-                                            f"speed-up of {speedup:.4f}x (< 1); "
-                                            f"deciding run said: {report.acceptance.reason}")
-        else:
-            if report.acceptance.accepted:
-                report.acceptance.accepted = False
-                report.acceptance.reason = "not confirmed: the independent replicate did not run"
-            report.acceptance.unmeasured["replicate_speedup"] = (
-                "no replicate: the candidate was not faster in the deciding run"
-                if not rep else f"replicate failed: {rep.get('error', 'no samples')}")
+    if rec.timing is not None:
+        report.timing = timing_stats(spec, rec.timing, report.device or rec.device)
+    if rec.acceptance is not None:
+        report.acceptance = decide_with_replicate(rec.acceptance, spec.acceptance)
     elif any(e.stage == "accept" for e in report.errors):
         report.acceptance = AcceptanceResult(accepted=False, rule=spec.acceptance.rule,
                                              improvement_fraction=None, pairs=0,
                                              positive_fraction=None,
                                              reason=report.errors[-1].message[:500])
     if outcome.limit_fired and not report.errors:
-        report.errors.append(StageError(stage=p.stage or "benchmark", code=outcome.limit_fired,
-                                        message=f"the sandbox's {outcome.limit_fired} fired"))
+        report.errors.append(ReportError(stage=rec.stage or "benchmark", code=outcome.limit_fired,
+                                         origin="candidate",
+                                         message=f"the sandbox's {outcome.limit_fired} fired"))
+    if any(e.stage == "integrity" for e in report.errors):
+        report.stage = "integrity"
     report.ok = not report.errors and (report.acceptance is None or report.acceptance.accepted)
     return report

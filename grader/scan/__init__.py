@@ -103,14 +103,26 @@ def read_candidate(path: str | Path, max_bytes: int = MAX_BYTES) -> str:
         raise CandidateFileError(f"cannot read candidate {p}: {e.strerror or e}") from e
     if len(data) > max_bytes:
         raise CandidateFileError(f"candidate is larger than {max_bytes} bytes: {p}")
-    if not data.strip():
-        raise CandidateFileError(f"candidate is empty: {p}")
     if b"\x00" in data:
         raise CandidateFileError(f"candidate is binary (contains NUL bytes): {p}")
     try:
-        return data.decode("utf-8-sig")  # a BOM is legal in Python source
+        text = data.decode("utf-8-sig")  # a BOM is legal in Python source
     except UnicodeDecodeError as e:
         raise CandidateFileError(f"candidate is not UTF-8 (byte {e.start}): {p}") from e
+    return check_source(text, str(p), max_bytes)
+
+
+def check_source(text: str, name: str = "<source>", max_bytes: int = MAX_BYTES) -> str:
+    """The checks a candidate's text must pass however it arrived (file, tool, leaderboard)."""
+    if not isinstance(text, str):
+        raise CandidateFileError(f"source must be a string, got {type(text).__name__}: {name}")
+    if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise CandidateFileError(f"candidate is larger than {max_bytes} bytes: {name}")
+    if not text.strip():
+        raise CandidateFileError(f"candidate is empty: {name}")
+    if "\x00" in text:
+        raise CandidateFileError(f"candidate is binary (contains NUL bytes): {name}")
+    return text
 
 
 def scan_file(path: str | Path, policy: Policy) -> ScanResult:

@@ -181,8 +181,7 @@ class Host:
         shape_kinds: tuple[str, ...] = ("tune",),
     ) -> Report:
         path = candidate if isinstance(candidate, Path) else CANDIDATES / f"{candidate}.py"
-        req = EvalRequest(
-            task_dir=TASK,
+        req = EvalRequest.from_paths(task_dir=TASK,
             candidate=path,
             backend=self.backend,
             device="cpu",

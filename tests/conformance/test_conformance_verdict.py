@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from grader.backends.base import RESULT_NAME, SandboxOutcome
-from grader.evaluate import EvalRequest, Staged, collect
+from grader.evaluate import Staged, collect
 from grader.limits import Limits
 from grader.report.model import Report
 from grader.report.record import ResultProblem, read_result
 from grader.task import load_task
 
-from ._support import BROKEN, GOOD, RUNTIME_ONLY, TASK, WRONG, Host, backend_object, describe
+from ._support import BROKEN, GOOD, TASK, WRONG, Host, backend_object, describe
 
 PASSING_PAYLOAD = json.dumps(
     {
@@ -42,10 +42,7 @@ def _collect(host: Host, outcome: SandboxOutcome, out_dir: Path, key: bytes) -> 
     limits = spec.limits
     report = Report(ok=False, stage="sandbox", task=spec.name)
     staged = Staged(root=out_dir.parent, in_dir=out_dir.parent / "in", out_dir=out_dir, key=key)
-    req = EvalRequest(
-        task_dir=TASK, candidate=GOOD, backend=host.backend, device="cpu", policy=str(RUNTIME_ONLY)
-    )
-    return collect(report, spec, backend_object(host.backend), outcome, staged, limits, req)
+    return collect(report, spec, backend_object(host.backend), outcome, staged, limits)
 
 
 def test_giant_result_file_is_rejected_as_sandbox_error(host: Host) -> None:
@@ -63,7 +60,7 @@ open("/kg/out/{RESULT_NAME}", "w").write(body)
     assert exc.value.error.code == "result_too_large"
     report = _collect(host, outcome, out_dir, secrets.token_bytes(32))
     assert not report.ok
-    assert [(e.stage, e.code) for e in report.errors] == [("sandbox", "result_too_large")]
+    assert [(e.stage, e.code) for e in report.errors] == [("integrity", "result_too_large")]
     host.assert_unharmed()
 
 
@@ -74,7 +71,7 @@ def test_forged_small_result_is_rejected_as_result_forged(host: Host) -> None:
     assert outcome.exit_code == 0, outcome
     report = _collect(host, outcome, out_dir, secrets.token_bytes(32))
     assert not report.ok
-    assert [(e.stage, e.code) for e in report.errors] == [("sandbox", "result_forged")]
+    assert [(e.stage, e.code) for e in report.errors] == [("integrity", "result_forged")]
     host.assert_unharmed()
 
 
@@ -92,14 +89,14 @@ def test_planted_result_link_or_fifo_is_not_followed(host: Host, plant: str) -> 
     report = _collect(host, outcome, out_dir, secrets.token_bytes(32))
     assert time.monotonic() - t0 < 10, "reading a planted FIFO blocked the host"
     assert not report.ok
-    assert [(e.stage, e.code) for e in report.errors] == [("sandbox", "result_unreadable")]
+    assert [(e.stage, e.code) for e in report.errors] == [("integrity", "result_unreadable")]
     host.assert_unharmed()
 
 
 def test_judge_killed_by_runner_is_reported_as_judge_died(host: Host) -> None:
     report = host.evaluate("kill_judge")
     assert not report.ok, describe(report)
-    assert [(e.stage, e.code) for e in report.errors] == [("sandbox", "judge_died")], describe(
+    assert [(e.stage, e.code) for e in report.errors] == [("integrity", "judge_died")], describe(
         report
     )
     assert report.correctness is None

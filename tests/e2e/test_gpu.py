@@ -23,7 +23,7 @@ pytestmark = [
 
 
 def test_vector_add_passes_on_cuda_with_event_timing_and_bandwidth() -> None:
-    r = evaluate(EvalRequest(task_dir=ROOT / "examples/vector_add",
+    r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
                              candidate=ROOT / "examples/vector_add/candidates/good.py",
                              backend="bwrap", device="cuda"))
     assert r.ok, r.errors
@@ -34,7 +34,7 @@ def test_vector_add_passes_on_cuda_with_event_timing_and_bandwidth() -> None:
 @pytest.mark.parametrize("attack,code", [("side_stream.py", "side_stream"),
                                          ("background_thread.py", "output_untouched")])
 def test_timing_cheats_are_caught_on_cuda(attack: str, code: str) -> None:
-    r = evaluate(EvalRequest(task_dir=ROOT / "examples/vector_add",
+    r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
                              candidate=ROOT / "tests/attacks/runtime" / attack, backend="bwrap",
                              device="cuda", policy=str(ROOT / "tests/policies/runtime-only.toml")))
     assert not r.ok and r.errors[0].code in {code, "work_escaped_timing", "wrong_values"}

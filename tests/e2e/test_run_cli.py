@@ -137,3 +137,28 @@ def test_human_output_and_out_folder(tmp_path: Path) -> None:
     assert p.returncode == 1 and "FAIL" in p.stdout and "wrong_values" in p.stdout
     saved = json.loads((tmp_path / "o" / "report.json").read_text())
     assert saved["errors"][0]["code"] == "wrong_values"
+
+
+RUNTIME = ROOT / "tests" / "attacks" / "runtime"
+RUNTIME_ONLY = ROOT / "tests" / "policies" / "runtime-only.toml"
+
+
+@pytest.mark.parametrize(("attack", "codes"), [
+    ("kill_judge.py", {"judge_died"}),
+    ("result_forgery.py", {"result_forged", "out_tampered"}),
+])
+def test_candidate_that_kills_its_judge_or_forges_the_record_fails_with_exit_1(
+        attack: str, codes: set[str]) -> None:
+    # Exit 2 is for infrastructure only: breaking the harness is the candidate's failure.
+    rc, r = run_json(SMALL, RUNTIME / attack, "--policy", RUNTIME_ONLY)
+    assert rc == 1 and r["ok"] is False, r
+    err = r["errors"][0]
+    assert (err["stage"], err["origin"]) == ("integrity", "candidate") and err["code"] in codes, r
+    assert r["stage"] == "integrity"
+
+
+def test_every_error_says_whose_fault_it_is() -> None:
+    rc, r = run_json(SMALL, CANDS / "broken.py", "--policy", RUNTIME_ONLY)
+    assert rc == 1 and r["errors"]
+    assert all(e["origin"] == "candidate" for e in r["errors"]), r["errors"]
+

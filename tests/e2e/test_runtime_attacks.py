@@ -37,10 +37,10 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     "timer_patch.py": ({"benchmark"}, {"work_escaped_timing"}),
     "checker_patch.py": ({"correctness"}, {"wrong_values"}),
     "fake_report_print.py": ({"correctness"}, {"wrong_values"}),
-    "result_forgery.py": ({"sandbox"}, {"result_forged"}),
+    "result_forgery.py": ({"integrity"}, {"result_forged", "out_tampered"}),
     "early_exit.py": ({"compile"}, {"early_exit"}),
     "system_exit.py": ({"compile"}, {"early_exit"}),
-    "kill_judge.py": ({"sandbox"}, {"judge_died"}),
+    "kill_judge.py": ({"integrity"}, {"judge_died"}),
     "tf32_flip.py": ({"compile"}, {"precision_flags_changed"}),
     "infinite_loop_launch.py": ({"correctness"}, {"timeout"}),
     "memory_bomb.py": ({"compile"}, {"memory_limit"}),
@@ -55,7 +55,7 @@ def test_every_runtime_attack_has_a_case() -> None:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_runtime_attack_is_stopped_with_its_stage_and_code(name: str) -> None:
     stages, codes = CASES[name]
-    report = evaluate(EvalRequest(task_dir=TASK, candidate=ATTACKS / name, backend="bwrap",
+    report = evaluate(EvalRequest.from_paths(task_dir=TASK, candidate=ATTACKS / name, backend="bwrap",
                                   device="cpu", policy=RUNTIME_ONLY, limits=dict(LIMITS)))
     assert not report.ok, report.model_dump_json(indent=1)
     first = report.errors[0]

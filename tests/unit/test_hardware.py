@@ -21,7 +21,7 @@ from grader.measure.peaks import (
     load_entries,
     sandbox_fingerprint,
 )
-from grader.report.record import JudgePayload
+from sandbox.wire import WIRE_VERSION, Record
 
 ENV = {"torch": "2.13.0", "triton": "3.9.0", "python": "3.11.7", "device_name": "H200",
        "device_uuid": "GPU-1", "driver": "570.1", "cuda": "12.8", "sm": "9.0"}
@@ -35,9 +35,9 @@ class FakeMeasure:
         self.env = dict(env or ENV)
         self.bw = bw
 
-    def __call__(self, backend: str, device: str, quick: bool) -> JudgePayload:
+    def __call__(self, backend: str, device: str, quick: bool) -> Record:
         self.calls.append((backend, device, quick))
-        return JudgePayload(stage=None, errors=[], device=device, environment=self.env,
+        return Record(wire_version=WIRE_VERSION, stage=None, errors=(), warnings=(), device=device, environment=self.env,
                             peaks={"bandwidth_gbps": self.bw + len(self.calls),
                                    "matmul_tflops": {"float16": 700.0}, "tflops": 700.0})
 
@@ -143,8 +143,8 @@ def test_env_variable_names_the_default_path(tmp_path: Path, monkeypatch: pytest
 
 
 def test_a_calibration_without_peaks_is_an_infrastructure_error(tmp_path: Path) -> None:
-    def no_peaks(backend: str, device: str, quick: bool) -> JudgePayload:
-        return JudgePayload(stage=None, errors=[], device=device, environment=ENV)
+    def no_peaks(backend: str, device: str, quick: bool) -> Record:
+        return Record(wire_version=WIRE_VERSION, stage=None, errors=(), warnings=(), device=device, environment=ENV)
 
     with pytest.raises(InfrastructureError):
         get_peaks("bwrap", "cuda", path=tmp_path / "h.json", measure=no_peaks, probe=probe_for())

@@ -11,7 +11,7 @@ from grader.errors import UsageError
 from grader.leaderboard.job import classify, redact_seeds
 from grader.leaderboard.seeds import Secret, derive_seeds, load_secret, task_payload
 from grader.leaderboard.submissions import discover
-from grader.report.model import AcceptanceResult, CorrectnessResult, Report, StageError
+from grader.report.model import AcceptanceResult, CorrectnessResult, Report, ReportError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TASKS = ["add", "softmax"]
@@ -106,7 +106,7 @@ def test_classification_of_reports() -> None:
     assert rep.acceptance is not None
     rep.acceptance.replicate_speedup = 1.7
     assert classify(rep)[4:] == (1.7, "replicate")
-    anomaly = _report(errors=[StageError(stage="benchmark", code="below_roofline_floor", message="x")])
+    anomaly = _report(errors=[ReportError(stage="benchmark", code="below_roofline_floor", origin="candidate", message="x")])
     assert classify(anomaly)[0] == "anomaly"
-    wrong = _report(errors=[StageError(stage="correctness", code="wrong_values", message="bad")])
+    wrong = _report(errors=[ReportError(stage="correctness", code="wrong_values", origin="candidate", message="bad")])
     assert classify(wrong)[:3] == ("failed", "correctness", "wrong_values")

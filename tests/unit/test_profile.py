@@ -31,7 +31,7 @@ def _spec(dtype: str = "float16", bytes_expr: str = "6*N", flops_expr: str = "N"
 
 def _timing(median_ms: float, n: int = 1_000_000) -> TimingStats:
     return TimingStats(samples=10, mean_ms=median_ms, median_ms=median_ms, p95_ms=median_ms,
-                       std_ms=0.0, min_ms=median_ms, cv=0.0, device="cuda", clock="cuda_event",
+                       std_ms=0.0, min_ms=median_ms, cv=0.0, device="cuda", clock="cuda_event", mode="events",
                        cache="cold", dims={"N": n})
 
 

@@ -1,0 +1,122 @@
+"""The benchmark stage (judge side): warm-up, then individually timed, checked calls.
+
+Which clock decides: on CUDA the runner's event times, each bounded by the judge's own
+round trip and by the escape check (:mod:`sandbox.escape`); on the CPU the judge's own
+clock (round trip minus the interleaved empty-call round trip), the runner's figure only
+a cross-check that must fit inside it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from sandbox import stats
+from sandbox.escape import escaped_time
+from sandbox.evaluation import Evaluation
+from sandbox.failure import StageFailure
+from sandbox.sides import Side
+from sandbox.tensors import Slot
+from sandbox.wire import ErrorStage, TimingRecord
+
+
+class SideClock:
+    """One side's timed calls and interleaved empty calls, and the times they support."""
+
+    def __init__(self, ev: Evaluation, side: Side, stage: ErrorStage):
+        self.ev, self.side, self.stage = ev, side, stage
+        self.ms: list[float] = []
+        self.judge_ms: list[float] = []
+        self.tails: list[float] = []
+        self.noop_judge: list[float] = []
+        self.noop_overhead: list[float] = []
+        self.noop_tails: list[float] = []
+
+    def add(self, r: dict[str, Any]) -> None:
+        self.ms.append(r["ms"])
+        self.judge_ms.append(r["judge_ms"])
+        self.tails.append(r["tail_ms"])
+        judge, ms, tail = self.ev.noop(self.side, self.stage)  # interleaved: load hits both
+        self.noop_judge.append(judge)
+        self.noop_overhead.append(judge - ms)
+        self.noop_tails.append(tail)
+
+    def samples(self) -> list[float]:
+        """The times that decide: validated events on CUDA, the judge's clock on the CPU."""
+        if self.ev.dev == "cuda":
+            return list(self.ms)
+        base = stats.median(self.noop_judge)
+        return [max(j - base, 1e-6) for j in self.judge_ms]
+
+    def escape(self) -> dict[str, Any]:
+        return escaped_time(self.ms, self.judge_ms, self.noop_overhead, self.ev.dev, self.tails,
+                            self.noop_tails)
+
+    def raise_if_escaped(self, who: str = "") -> dict[str, Any]:
+        esc = self.escape()
+        if esc["escaped"]:
+            raise StageFailure(self.stage, "work_escaped_timing",
+                               f"{who}the judge's clock saw {esc['hidden_ms']:.4f} ms per call "
+                               f"that the timed region did not (budget {esc['budget_ms']:.4f} ms): "
+                               "work escaped the timed stream (side stream, thread, deferred "
+                               "work) or the timer was tampered with", detail=esc)
+        return esc
+
+
+def check_threads(side: Side, r: dict[str, Any], base_threads: int, stage: ErrorStage) -> None:
+    if r["threads"] > base_threads >= 0:
+        raise StageFailure(stage, "background_thread",
+                           f"the candidate left {r['threads'] - base_threads} extra thread(s) "
+                           "running after returning: work may escape the timed region")
+
+
+def warm_up(ev: Evaluation, sides: list[Side], slots: list[Slot], stage: ErrorStage) -> None:
+    """Discarded checked calls (interleaved across sides) by count and by time."""
+    b = ev.task.benchmark
+    t_start, n = time.monotonic(), 0
+    while n < b.warmup or (time.monotonic() - t_start) * 1e3 < b.warmup_ms:
+        for side in sides:
+            ev.timed(side, slots, True, stage)
+        n += 1
+
+
+def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
+    ev.stage = "benchmark"
+    b, c = ev.task.benchmark, ev.task.correctness
+    dims = ev.task.tune[0]
+    slots = ev.slots(dims)
+    frac = c.timed_check_fraction
+    warm_up(ev, [side], slots, "benchmark")
+    base_threads = ev.noop_threads(side, "benchmark")
+    clock = SideClock(ev, side, "benchmark")
+    nvml, why_not = ev.nvml()
+    blocks: list[dict[str, Any]] = []
+    checked = 0
+    for i in range(b.samples * b.reps):
+        if nvml is not None and i % b.reps == 0:
+            blocks.append({"first_sample": i, **nvml.sample()})
+        check = frac >= 1.0 or ev.rng.random() < frac
+        r = ev.timed(side, slots, check, "benchmark")
+        checked += int(check)
+        check_threads(side, r, base_threads, "benchmark")
+        clock.add(r)
+    esc = clock.raise_if_escaped()
+    samples = clock.samples()
+    summary = stats.summarize(samples)
+    floor = ev.req.floor_ms
+    if floor is not None and floor > 0 and summary["median"] < floor:
+        raise StageFailure("benchmark", "below_roofline_floor",
+                           f"median {summary['median']:.6f} ms is below the physical floor "
+                           f"{floor:.6f} ms: an anomaly, not a record", detail={"floor_ms": floor})
+    mode: Literal["events", "cuda_graph", "perf_counter"] = (
+        "perf_counter" if ev.dev != "cuda" else ("cuda_graph" if b.cuda_graph else "events"))
+    return TimingRecord(
+        mean=float(summary["mean"]), median=float(summary["median"]), p95=float(summary["p95"]),
+        std=float(summary["std"]), min=float(summary["min"]), max=max(samples),
+        cv=float(summary["cv"]), n=int(summary["n"]), samples_ms=tuple(samples),
+        judge_ms=tuple(clock.judge_ms), flagged_samples=int(esc["flagged"]),
+        overhead_budget_ms=float(esc["budget_ms"]), checked_calls=checked,
+        check_policy="all" if frac >= 1.0 else f"random {frac:.0%} (judge-chosen)",
+        cache=b.cache, flush_bytes=side.flush_bytes, dims=dict(dims),
+        clock="cuda_event" if ev.dev == "cuda" else "perf_counter", mode=mode,
+        device_state=tuple(blocks), device_state_unmeasured=why_not or None)

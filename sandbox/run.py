@@ -1,0 +1,81 @@
+"""The judge's modes, in stage order: what runs for a request, and the record it yields.
+
+Imported by :mod:`sandbox.judge` only after the secret is gone and the process hardened
+(this module imports torch).
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from sandbox.device import device_environment
+from sandbox.failure import StageFailure
+from sandbox.proc import RunnerFailure
+from sandbox.wire import WIRE_VERSION, ErrorWire, JudgeRequest, Record
+
+
+def _infra(code: str, e: BaseException) -> ErrorWire:
+    return ErrorWire(stage="sandbox", code=code, origin="infrastructure",
+                     message="".join(traceback.format_exception(e))[-3000:])
+
+
+def run_mode(req: JudgeRequest) -> Record:
+    if req.mode == "measure_peak":
+        return _measure_peak(req)
+    from sandbox.evaluation import Evaluation
+
+    try:
+        ev = Evaluation(req)
+    except StageFailure as e:
+        return Record(wire_version=WIRE_VERSION, stage="sandbox", errors=(e.error,), warnings=(),
+                      device=req.device, environment={})
+    except Exception as e:  # the task's reference or the device failed: not the candidate
+        return Record(wire_version=WIRE_VERSION, stage="sandbox",
+                      errors=(_infra("judge_setup_failed", e),), warnings=(), device=req.device,
+                      environment={})
+    try:
+        if req.mode == "calibrate":
+            from sandbox.rule_calibration import run_calibration
+
+            run_calibration(ev)
+        else:
+            _evaluate(ev)
+    except StageFailure as e:
+        ev.errors.append(e.error)
+    except RunnerFailure as e:  # pragma: no cover - the stages convert these themselves
+        ev.errors.append(ev.failure(ev.stage or "compile", e).error)
+    except Exception as e:  # the judge's own bug: an infrastructure fault, never a pass
+        ev.errors.append(_infra("judge_error", e))
+    finally:
+        ev.shutdown()
+    return ev.record()
+
+
+def _evaluate(ev: object) -> None:
+    from sandbox.acceptance import acceptance_stage
+    from sandbox.benchmark import benchmark_stage
+    from sandbox.correctness import compile_stage, correctness_stage
+    from sandbox.evaluation import Evaluation
+
+    assert isinstance(ev, Evaluation)
+    cand = compile_stage(ev)
+    if "correctness" in ev.req.stages:
+        correctness_stage(ev, cand)
+    if "benchmark" in ev.req.stages:
+        ev.timing = benchmark_stage(ev, cand)
+    if ev.req.current:
+        ev.acceptance = acceptance_stage(ev, cand)
+
+
+def _measure_peak(req: JudgeRequest) -> Record:
+    """Calibration mode: no candidate at all, only the device's ceilings."""
+    from sandbox.peaks import measure_peak
+
+    env = device_environment(req.device)
+    try:
+        peaks = measure_peak(req.device, req.quick)
+    except Exception as e:
+        return Record(wire_version=WIRE_VERSION, stage=None, errors=(_infra("calibration_failed", e),),
+                      warnings=(), device=req.device, environment=env)
+    return Record(wire_version=WIRE_VERSION, stage=None, errors=(), warnings=(), device=req.device,
+                  environment=env, peaks=peaks)

@@ -1,0 +1,103 @@
+"""sandbox/wire.py: the one host<->judge contract, parsed strictly on both ends."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from grader.report.record import ResultProblem, read_result
+from grader.task import load_task
+from sandbox import wire
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _request() -> wire.JudgeRequest:
+    spec, ref = load_task(ROOT / "examples" / "softmax")
+    return wire.JudgeRequest(wire_version=wire.WIRE_VERSION, key="00" * 32, mode="evaluate",
+                             device="cpu", limits=wire.LimitsWire(10.0, 20.0, None), phase_seed=7,
+                             task=spec.to_wire(), reference=ref, candidate="/kg/in/candidate.py")
+
+
+def test_request_round_trips_with_every_task_default_resolved() -> None:
+    req = _request()
+    back = wire.request_from_json(wire.dumps(req))
+    assert back == req
+    assert back.task is not None
+    # Defaults come from the host's task model, never restated in the sandbox.
+    assert back.task.acceptance.looks == (25, 50, 100, 200)
+    assert back.task.benchmark.samples > 0 and back.task.correctness.seeds
+
+
+def test_request_with_another_wire_version_is_refused() -> None:
+    raw = json.loads(wire.dumps(_request()))
+    raw["wire_version"] = wire.WIRE_VERSION + 1
+    with pytest.raises(wire.WireFormatError, match="out of step"):
+        wire.request_from_json(json.dumps(raw))
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda r: r.update(extra=1),
+    lambda r: r["task"].update(entrypoint=3),
+    lambda r: r["limits"].pop("run_s"),
+    lambda r: r.update(mode="exec"),
+    lambda r: r["task"]["correctness"].update(seeds=["1"]),
+])
+def test_request_that_breaks_the_contract_is_refused(mutate) -> None:  # type: ignore[no-untyped-def]
+    raw = json.loads(wire.dumps(_request()))
+    mutate(raw)
+    with pytest.raises(wire.WireFormatError):
+        wire.request_from_json(json.dumps(raw))
+
+
+def _signed(tmp_path: Path, body: str, key: bytes) -> Path:
+    import hashlib
+    import hmac
+
+    p = tmp_path / "result.json"
+    p.write_text(json.dumps({"payload": body, "mac": hmac.new(key, body.encode(),
+                                                               hashlib.sha256).hexdigest()}))
+    return p
+
+
+def test_record_errors_carry_their_origin(tmp_path: Path) -> None:
+    key = b"k" * 32
+    rec = wire.Record(wire_version=wire.WIRE_VERSION, stage="compile", device="cpu",
+                      environment={}, warnings=(),
+                      errors=(wire.ErrorWire(stage="compile", code="import", message="boom",
+                                             origin="candidate", line=3),))
+    got = read_result(_signed(tmp_path, wire.dumps(rec), key), key, 1 << 20)
+    assert got == rec and got.errors[0].origin == "candidate"
+
+
+def test_authentic_record_of_another_version_is_an_infrastructure_fault(tmp_path: Path) -> None:
+    key = b"k" * 32
+    raw = dataclasses.asdict(wire.Record(wire_version=wire.WIRE_VERSION, stage=None, errors=(),
+                                         warnings=(), device="cpu", environment={}))
+    raw["wire_version"] = 1
+    with pytest.raises(ResultProblem) as info:
+        read_result(_signed(tmp_path, json.dumps(raw), key), key, 1 << 20)
+    assert info.value.code == "wire_mismatch" and info.value.authentic
+
+
+def test_record_claiming_integrity_failures_for_the_host_is_refused(tmp_path: Path) -> None:
+    key = b"k" * 32
+    rec = wire.Record(wire_version=wire.WIRE_VERSION, stage="integrity", device="cpu",
+                      environment={}, warnings=(),
+                      errors=(wire.ErrorWire(stage="integrity", code="judge_died", message="x",
+                                             origin="candidate"),))
+    with pytest.raises(ResultProblem) as info:
+        read_result(_signed(tmp_path, wire.dumps(rec), key), key, 1 << 20)
+    assert info.value.code == "result_malformed"
+
+
+def test_unsigned_record_is_a_candidate_forgery(tmp_path: Path) -> None:
+    body = wire.dumps(wire.Record(wire_version=wire.WIRE_VERSION, stage=None, errors=(),
+                                  warnings=(), device="cpu", environment={}))
+    p = _signed(tmp_path, body, b"x" * 32)
+    with pytest.raises(ResultProblem) as info:
+        read_result(p, b"k" * 32, 1 << 20)
+    assert info.value.code == "result_forged" and not info.value.authentic
