@@ -7,19 +7,13 @@ works before the package is installed.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
 from grader.backends.images import FLAVORS, BuildRequest, Flavor, build_image
+from grader.cli.common import fail
 from grader.errors import KgraderError
-
-
-def _fail(exc: KgraderError) -> NoReturn:
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(2)
 
 
 @click.group("image")
@@ -61,7 +55,7 @@ def build_cmd(
     try:
         result = build_image(req, progress)
     except KgraderError as exc:
-        _fail(exc)
+        fail(exc)
     state = "up to date" if result.skipped else "built"
     click.echo(
         f"{result.tag}: {state} ({result.image_id[:19]}, content {result.content_hash[:12]})"
@@ -87,7 +81,7 @@ def cleanup_cmd(include_live: bool) -> None:
     try:
         removed = DockerBackend().cleanup(include_live=include_live)
     except KgraderError as exc:
-        _fail(exc)
+        fail(exc)
     click.echo(f"removed {removed} container(s)")
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from grader.cli.common import fail
 from grader.errors import KgraderError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -30,7 +31,6 @@ def _print_summary(summary: Any) -> None:
 
 
 def _run(**kw: Any) -> None:
-    from grader.cli.app import fail
     from grader.leaderboard.runner import RunConfig, run_leaderboard
 
     try:
@@ -91,7 +91,6 @@ def register(cli: click.Group) -> None:
     @click.argument("out_dir", type=click.Path(path_type=Path))
     def render_cmd(state: Path, out_dir: Path) -> None:
         """Write the static site for STATE into OUT_DIR."""
-        from grader.cli.app import fail
         from grader.leaderboard.render import render_site
 
         try:
@@ -108,7 +107,6 @@ def register(cli: click.Group) -> None:
     @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto")
     def demo_cmd(out_dir: Path, workers: int, backend: str, device: str) -> None:
         """Run the examples/leaderboard submissions and render the page into OUT_DIR."""
-        from grader.cli.app import fail
         from grader.leaderboard.render import render_site
 
         subs = EXAMPLES / "leaderboard" / "submissions"

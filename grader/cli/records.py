@@ -6,13 +6,13 @@ Wired into the main CLI by ``grader.cli`` through :func:`register`.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from grader.cli.common import fail
 from grader.records import TRAJECTORY, read_trajectory
 
 
@@ -32,8 +32,7 @@ def records() -> None:
 def show(directory: Path, as_json: bool) -> None:
     """Show DIR's trajectory: one row per acceptance decision."""
     if not directory.is_dir():
-        click.echo(f"error: records folder not found: {directory}", err=True)
-        sys.exit(2)
+        fail(f"records folder not found: {directory}")
     entries = read_trajectory(directory)
     if as_json:
         click.echo(json.dumps([e.to_json() for e in entries], indent=2, ensure_ascii=False))

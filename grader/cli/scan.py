@@ -10,39 +10,20 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from grader.errors import KgraderError
+from grader.cli.common import kgrader_errors
 from grader.scan import ScanResult, list_policies, load_policy, read_candidate, scan_source
 from grader.scan.corpus import run_corpus
 from grader.scan.policy import Rule, effective_severity
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
-
-
-def _usage_errors(func: F) -> F:
-    """Turn kgrader's own errors into a one-line message and exit code 2."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except KgraderError as e:
-            _fail(e.message.splitlines()[0] if e.message else e.code)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _console() -> Console:
@@ -66,7 +47,7 @@ def _print_result(console: Console, path: str, result: ScanResult) -> None:
 @click.option("--policy", "policy_name", default="default", show_default=True,
               help="Policy name (see `kgrader policy list`) or path to a .toml file.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@_usage_errors
+@kgrader_errors
 def scan_cmd(files: tuple[str, ...], policy_name: str, as_json: bool) -> None:
     """Statically scan candidate FILES; exit 1 when any is denied."""
     policy = load_policy(policy_name)
@@ -91,7 +72,7 @@ def policy_group() -> None:
 
 
 @policy_group.command("list")
-@_usage_errors
+@kgrader_errors
 def policy_list() -> None:
     """Names of the shipped policies."""
     console = _console()
@@ -102,7 +83,7 @@ def policy_list() -> None:
 
 @policy_group.command("show")
 @click.argument("name")
-@_usage_errors
+@kgrader_errors
 def policy_show(name: str) -> None:
     """Every rule of NAME after `extends` is resolved: severity, message, rationale."""
     policy = load_policy(name)
@@ -143,7 +124,7 @@ def _matchers(rule: Rule) -> str:
 @policy_group.command("test")
 @click.argument("name")
 @click.argument("directory", type=click.Path(file_okay=False))
-@_usage_errors
+@kgrader_errors
 def policy_test(name: str, directory: str) -> None:
     """Scan every *.py in DIRECTORY; its first line says `# expect: deny RULE` or `allow`."""
     policy = load_policy(name)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -20,7 +19,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from grader.errors import InfrastructureError, KgraderError
+from grader.cli.common import fail, kgrader_errors
 
 F = TypeVar("F", bound=Callable[..., Any])
 _BACKENDS = click.Choice(["auto", "bwrap", "docker"])
@@ -31,24 +30,6 @@ def register(cli: click.Group) -> None:
     """Add the tool, tools, mcp, workspace, compile/bench/profile/accept and calibrate commands."""
     for cmd in (tool_cmd, tools_group, mcp_cmd, workspace_group, calibrate_cmd, *_MIRRORS):
         cli.add_command(cmd)
-
-
-def _fail(message: str, kind: str = "error") -> NoReturn:
-    click.echo(f"{kind}: {message}", err=True)
-    sys.exit(2)
-
-
-def _errors_exit_2(func: F) -> F:
-    """kgrader's own errors become one ``error:`` line and exit code 2."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except KgraderError as e:
-            _fail(str(e), "infrastructure error" if isinstance(e, InfrastructureError) else "error")
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _emit(result: dict[str, Any]) -> NoReturn:
@@ -69,7 +50,7 @@ _workspace_opt = click.option("--workspace", "-w", required=True,
 @_workspace_opt
 @click.option("--args", "args_json", default="{}", show_default=True,
               help="Tool arguments as a JSON object, or @FILE to read the JSON from FILE.")
-@_errors_exit_2
+@kgrader_errors
 def tool_cmd(name: str, workspace: Path, args_json: str) -> None:
     """Run agent tool NAME on the workspace; print its JSON return."""
     from grader.agent.tools import call_tool, check_args
@@ -79,11 +60,11 @@ def tool_cmd(name: str, workspace: Path, args_json: str) -> None:
         try:
             text = Path(text[1:]).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            _fail(f"cannot read --args file {text[1:]}: {e}")
+            fail(f"cannot read --args file {text[1:]}: {e}")
     try:
         args = json.loads(text)
     except json.JSONDecodeError as e:
-        _fail(f"--args is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
+        fail(f"--args is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
     check_args(name, args)  # unknown tool or wrong arguments: exit 2 before any work
     _emit(call_tool(workspace, name, args))
 
@@ -103,13 +84,13 @@ def tools_schema() -> None:
 
 @click.command("mcp")
 @_workspace_opt
-@_errors_exit_2
+@kgrader_errors
 def mcp_cmd(workspace: Path) -> None:
     """Serve the agent tools for WORKSPACE over MCP (stdio transport)."""
     try:
         from grader.agent.mcp_server import build_server
     except ImportError as e:  # pragma: no cover - the optional dependency is missing
-        _fail(f"the MCP server needs the `mcp` package (pip install 'kgrader[mcp]'): {e}")
+        fail(f"the MCP server needs the `mcp` package (pip install 'kgrader[mcp]'): {e}")
     build_server(workspace).run("stdio")
 
 
@@ -130,7 +111,7 @@ def workspace_group() -> None:
 @click.option("--policy", help="Policy name or path (default: the task's).")
 @click.option("--quick-calibration", is_flag=True, help="Use the short peak calibration.")
 @click.option("--force", is_flag=True, help="Overwrite an existing kgrader.json.")
-@_errors_exit_2
+@kgrader_errors
 def workspace_init(directory: Path, task_dir: Path, backend: str, device: str, policy: str | None,
                    quick_calibration: bool, force: bool) -> None:
     """Create workspace DIR fixed to TASK_DIR; print its kgrader.json."""
@@ -148,7 +129,7 @@ def _mirror(cmd_name: str, tool: str) -> click.Command:
     @click.command(cmd_name, help=f"Run the {tool} tool on FILE's source; print its JSON return.")
     @_workspace_opt
     @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
-    @_errors_exit_2
+    @kgrader_errors
     def command(workspace: Path, file: Path) -> None:
         from grader.agent.tools import call_tool
         from grader.scan import read_candidate
@@ -174,7 +155,7 @@ _MIRRORS = tuple(_mirror(c, t) for c, t in (("compile", "compile_kernel"), ("ben
 @click.option("--hardware", type=click.Path(path_type=Path, dir_okay=False),
               help="Cache file (default: $KGRADER_HARDWARE or ~/.cache/kgrader/hardware.json).")
 @click.option("--json", "as_json", is_flag=True, help="Print the calibration as JSON.")
-@_errors_exit_2
+@kgrader_errors
 def calibrate_cmd(backend: str, device: str, refresh: bool, quick: bool, hardware: Path | None,
                   as_json: bool) -> None:
     """Measure (or read from the cache) the device's copy bandwidth and matmul peaks."""
