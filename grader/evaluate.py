@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,11 +146,25 @@ def stage_files(req: EvalRequest, device: wire.Device, floor_ms: float | None) -
     write_secret(out_dir, wire.JudgeRequest(
         wire_version=wire.WIRE_VERSION, key=key.hex(), mode="evaluate", device=device,
         limits=limits_wire(req.effective_limits()), phase_seed=secrets.randbits(62),
-        task=req.task.to_wire(), reference=req.reference,
+        task=req.task.to_wire(audit_ops=kernel_only(req.task)), reference=req.reference,
         candidate=f"{wire.IN_MOUNT}/{wire.CANDIDATE_NAME}",
         current=f"{wire.IN_MOUNT}/{wire.CURRENT_NAME}" if req.current is not None else None,
         stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms))
     return Staged(root, in_dir, out_dir, key)
+
+
+KERNEL_ONLY_POLICIES = frozenset({"triton-only"})
+
+
+def kernel_only(task: TaskSpec) -> bool:
+    """Whether the task itself (not the policy a run scans with) asks for kernel-only
+    candidates: its own policy is, or extends, a kernel-only policy. The runtime audit
+    follows the task, so it holds with the scan switched off."""
+    try:
+        chain = load_policy(task.policy).chain
+    except UsageError:
+        return True  # fail closed: an unknown policy gets the strictest runtime audit
+    return bool(KERNEL_ONLY_POLICIES & set(chain))
 
 
 def _resolve_device(device: str) -> wire.Device:
@@ -167,7 +182,9 @@ def evaluate(req: EvalRequest) -> Report:
                     current=req.current.info() if req.current is not None else None,
                     kgrader_version=__version__)
     policy = req.policy if isinstance(req.policy, Policy) else load_policy(req.policy or spec.policy)
+    t_scan = time.monotonic()
     scan = scan_source(req.candidate.text, policy, filename=req.candidate.name)
+    scan_s = time.monotonic() - t_scan
     report.scan = scan.summary()
     denied = [f for f in scan.findings if f.severity == "deny"]
     if denied:
@@ -192,10 +209,15 @@ def evaluate(req: EvalRequest) -> Report:
         floor_ms(spec, device, req.peaks)
     staged = stage_files(req.model_copy(update={"task": spec}), device, floor)
     try:
+        launched = time.time()
         outcome = backend.run(SandboxSpec(in_dir=staged.in_dir, out_dir=staged.out_dir,
                                           argv=JUDGE_ARGV, limits=limits, device=device,
                                           gpu_ids=req.gpu_ids, label=uuid.uuid4().hex[:12]))
-        return collect(report, spec, backend, outcome, staged, limits)
+        report = collect(report, spec, backend, outcome, staged, limits)
+        if report.sandbox is not None:
+            report.sandbox.phases = _phases(report.sandbox.phases, launched, time.time(),
+                                            scan_s)
+        return report
     finally:
         if not req.keep:
             shutil.rmtree(staged.root, ignore_errors=True)
@@ -212,12 +234,28 @@ def collect(report: Report, spec: TaskSpec, backend: SandboxBackend, outcome: Sa
         enforcement=outcome.enforcement)
     try:
         record = read_result(staged.out_dir / wire.RESULT_NAME, staged.key, limits.result_bytes)
+        report.sandbox.phases = {**record.phases,
+                                 "_judge_started": record.judge_started or 0.0,
+                                 "_judge_finished": record.judge_finished or 0.0}
     except ResultProblem as p:
         report.errors.append(no_record_error(p, outcome))
         report.stage = report.errors[-1].stage
         log.warning("result_rejected", code=report.errors[-1].code)
         return report
     return build_report(report, spec, record, outcome)
+
+
+def _phases(judge: dict[str, float], launched: float, ended: float, scan_s: float) -> dict[str, float]:
+    """The judge's phases framed by the host's clock: set-up before it, teardown after."""
+    started, finished = judge.pop("_judge_started", 0.0), judge.pop("_judge_finished", 0.0)
+    out = {"scan": round(scan_s, 4)}
+    if started and launched <= started <= ended:
+        out["sandbox_setup"] = round(started - launched, 4)
+    out.update(judge)
+    if finished and started <= finished <= ended:
+        out["teardown"] = round(ended - finished, 4)
+    out["total"] = round(ended - launched, 4)
+    return out
 
 
 def run_judge_mode(request: wire.JudgeRequest, files: dict[str, str], *, backend: str = "auto",

@@ -114,17 +114,21 @@ class AcceptanceSpec(_Frozen):
     pairs: int = Field(30, ge=1, description="Pairs measured for the seed rule.")
     alpha: float = Field(0.01, gt=0, lt=0.5, description="Controlled rule: total false-accept rate.")
     looks: list[int] = Field(default_factory=lambda: [25, 50, 100, 200], min_length=1)
-    replicate_margin: float = Field(
-        0.0, ge=0, lt=1,
+    replicate_margin: float | None = Field(
+        None, ge=0, lt=1,
         description="The independent replicate confirms an acceptance only with a speed-up "
-                    "above 1 + replicate_margin (0: any measured gain).")
+                    "above 1 + replicate_margin; None: the task's min_improvement_fraction.")
+
+    @property
+    def veto_margin(self) -> float:
+        return self.min_improvement_fraction if self.replicate_margin is None else self.replicate_margin
 
     def to_wire(self) -> wire.AcceptanceWire:
         return wire.AcceptanceWire(
             rule=self.rule, min_improvement_fraction=self.min_improvement_fraction,
             min_pairs=self.min_pairs, min_positive_fraction=self.min_positive_fraction,
             pairs=self.pairs, alpha=self.alpha, looks=tuple(sorted(self.looks)),
-            replicate_margin=self.replicate_margin)
+            replicate_margin=self.veto_margin)
 
 
 class TaskSpec(_Frozen):
@@ -174,8 +178,12 @@ class TaskSpec(_Frozen):
     def concrete_shape(self, tensor: TensorSpec, dims: dict[str, int]) -> list[int]:
         return [d if isinstance(d, int) else dims[d] for d in tensor.shape]
 
-    def to_wire(self) -> wire.TaskWire:
-        """What the judge is told: every default resolved here, none restated in the sandbox."""
+    def to_wire(self, audit_ops: bool = False) -> wire.TaskWire:
+        """What the judge is told: every default resolved here, none restated in the sandbox.
+
+        ``audit_ops``: the task is kernel-only (its policy is ``triton-only`` or derives
+        from it), so runners audit the torch ops of every launch.
+        """
         c, b = self.correctness, self.benchmark
         return wire.TaskWire(
             name=self.name, entrypoint=self.entrypoint,
@@ -193,7 +201,7 @@ class TaskSpec(_Frozen):
                 warmup=b.warmup, warmup_ms=b.warmup_ms, samples=b.samples, reps=b.reps,
                 cache=b.cache, flush_mib=b.flush_mib, cuda_graph=b.cuda_graph,
                 allow_tf32=b.allow_tf32),
-            acceptance=self.acceptance.to_wire())
+            acceptance=self.acceptance.to_wire(), audit_ops=audit_ops)
 
 
 def load_task(task_dir: str | Path) -> tuple[TaskSpec, str]:

@@ -50,8 +50,9 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
             clocks[id(side)].raise_if_escaped(who)
         except StageFailure as e:
             raise (e.renamed("current_") if side is cur else e) from None
-    return PairsRecord(t_cur=tuple(clocks[id(cur)].samples()),
-                       t_cand=tuple(clocks[id(cand)].samples()))
+    base = stats.median(clocks[id(cur)].noop_judge + clocks[id(cand)].noop_judge)
+    return PairsRecord(t_cur=tuple(clocks[id(cur)].samples(base)),
+                       t_cand=tuple(clocks[id(cand)].samples(base)))
 
 
 def open_pair(ev: Evaluation, cand: Side | None = None) -> tuple[Side, Side]:

@@ -41,11 +41,14 @@ class SideClock:
         self.noop_overhead.append(judge - ms)
         self.noop_tails.append(tail)
 
-    def samples(self) -> list[float]:
-        """The times that decide: validated events on CUDA, the judge's clock on the CPU."""
+    def samples(self, base: float | None = None) -> list[float]:
+        """The times that decide: validated events on CUDA, the judge's clock on the CPU
+        (round trip minus ``base``, the empty-call round trip; paired sides pass one
+        pooled base so that no per-side estimate can favour either)."""
         if self.ev.dev == "cuda":
             return list(self.ms)
-        base = stats.median(self.noop_judge)
+        if base is None:
+            base = stats.median(self.noop_judge)
         return [max(j - base, 1e-6) for j in self.judge_ms]
 
     def escape(self) -> dict[str, Any]:
@@ -119,4 +122,5 @@ def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
         check_policy="all" if frac >= 1.0 else f"random {frac:.0%} (judge-chosen)",
         cache=b.cache, flush_bytes=side.flush_bytes, dims=dict(dims),
         clock="cuda_event" if ev.dev == "cuda" else "perf_counter", mode=mode,
-        device_state=tuple(blocks), device_state_unmeasured=why_not or None)
+        device_state=tuple(blocks), device_state_unmeasured=why_not or None,
+        escape={k: float(v) for k, v in esc.items() if k != "escaped" and isinstance(v, int | float)})

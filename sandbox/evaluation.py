@@ -18,7 +18,7 @@ from sandbox.device import device_environment
 from sandbox.failure import StageFailure, infrastructure
 from sandbox.proc import RunnerFailure
 from sandbox.sides import Side
-from sandbox.tensors import DTYPES, Slot, compare, layout, poison, total_bytes
+from sandbox.tensors import DTYPES, Guards, Slot, compare, layout, poison, total_bytes
 from sandbox.tensors import make_input as _make_input
 from sandbox.wire import (
     WIRE_VERSION,
@@ -54,6 +54,9 @@ class Evaluation:
         self.timing: Any = None
         self.acceptance: Any = None
         self.calibration: dict[str, Any] | None = None
+        self.phases: dict[str, float] = {}
+        self.started_wall: float | None = None
+        self._runners = 0
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         ns: dict[str, Any] = {"__name__": "kgrader_reference"}
@@ -124,12 +127,16 @@ class Evaluation:
         """Start a runner for ``path`` and load the module (the compile stage's work)."""
         try:
             side = Side(path, self.task.entrypoint, self.dev, self.nbytes, self.task.benchmark,
-                        self.gpu_fraction(), self.left(self.compile_deadline))
+                        self.gpu_fraction(), self.left(self.compile_deadline),
+                        audit_ops=self.task.audit_ops)
         except RunnerFailure as e:
             # Nothing of the candidate has run yet: the harness itself failed to start.
             raise infrastructure("runner_setup_failed", "the runner harness failed before loading "
                                  f"the candidate: {e.message}", e.detail) from None
         self.sides.append(side)
+        self._runners += 1
+        for key, v in side.startup.items():
+            self.phases[f"runner{self._runners}_{key}"] = round(v, 4)
         try:
             reply = side.runner.request({"op": "load"}, self.left(self.compile_deadline),
                                         "compile_timeout")
@@ -155,6 +162,9 @@ class Evaluation:
                 views[s.name].copy_(inputs[s.name])
             else:
                 poison(views[s.name])
+        guards = Guards(slots, self.dev, self.rng.getrandbits(62))
+        base = side.bases[buf]
+        guards.arm(base)
         if self.dev == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -164,10 +174,28 @@ class Evaluation:
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
+        breach = guards.first_breach(base)
+        if breach is not None:
+            what, at = breach
+            raise StageFailure(stage, "out_of_bounds_write",
+                               f"the candidate wrote outside its tensors: into the guard band "
+                               f"{what} ({at} bytes in) for dims {where.get('dims')}",
+                               detail={**where, "region": what, "offset": at, "side": side.path})
         if stage in ("benchmark", "accept") and (reply.get("streams") or reply.get("stream_ok") is False):
             raise StageFailure(stage, "side_stream",
                                f"the candidate created {reply.get('streams')} CUDA stream(s) or left "
                                "the timed stream: its work would escape the timed events")
+        audit = reply.get("audit")
+        if self.task.audit_ops and not isinstance(audit, dict):
+            raise StageFailure(stage, "op_audit_tampered",
+                               "the runner returned no op audit for a kernel-only launch")
+        if isinstance(audit, dict) and audit.get("compute_ops"):
+            ops = [str(o)[:40] for o in audit["compute_ops"]][:32]
+            raise StageFailure(stage, "torch_compute_in_launch",
+                               f"torch computed inside a kernel-only launch: {', '.join(ops)} "
+                               "(only allocation, views, fills and copies are allowed)",
+                               detail={**where, "compute_ops": ops,
+                                       "ops": [str(o)[:40] for o in audit.get("ops", [])][:64]})
         if reply.get("flags_ok") is False:
             raise StageFailure(stage, "precision_flags_changed",
                                "the candidate changed the pinned TF32 / precision flags")
@@ -264,12 +292,18 @@ class Evaluation:
             max_abs_error=c.get("max_abs_error"), max_rel_error=c.get("max_rel_error"),
             mismatch_fraction=c.get("mismatch_fraction"), first_bad=c.get("first_bad"))
 
+    def phase(self, name: str, t0: float) -> None:
+        """Record how long phase ``name`` took since monotonic time ``t0``."""
+        self.phases[name] = round(time.monotonic() - t0, 4)
+
     def record(self) -> Record:
         return Record(wire_version=WIRE_VERSION, stage=self.stage, errors=tuple(self.errors),
                       warnings=tuple(self.warnings), device=self.device,
                       environment=device_environment(self.device), compile_s=self.compile_s,
                       correctness=self.correctness_record(), timing=self.timing,
-                      acceptance=self.acceptance, calibration=self.calibration)
+                      acceptance=self.acceptance, calibration=self.calibration,
+                      phases=dict(self.phases), judge_started=self.started_wall,
+                      judge_finished=time.time())
 
     def shutdown(self) -> None:
         for side in list(self.sides):

@@ -6,12 +6,17 @@ Imported by :mod:`sandbox.judge` only after the secret is gone and the process h
 
 from __future__ import annotations
 
+import time
 import traceback
+from typing import TYPE_CHECKING
 
 from sandbox.device import device_environment
 from sandbox.failure import StageFailure
 from sandbox.proc import RunnerFailure
 from sandbox.wire import WIRE_VERSION, ErrorWire, JudgeRequest, Record
+
+if TYPE_CHECKING:
+    from sandbox.evaluation import Evaluation
 
 
 def _infra(code: str, e: BaseException) -> ErrorWire:
@@ -19,13 +24,16 @@ def _infra(code: str, e: BaseException) -> ErrorWire:
                      message="".join(traceback.format_exception(e))[-3000:])
 
 
-def run_mode(req: JudgeRequest) -> Record:
+def run_mode(req: JudgeRequest, started: tuple[float, float]) -> Record:
+    """``started``: the judge's (wall, monotonic) start, for the phase figures."""
     if req.mode == "measure_peak":
         return _measure_peak(req)
     from sandbox.evaluation import Evaluation
 
     try:
         ev = Evaluation(req)
+        ev.started_wall = started[0]
+        ev.phase("judge_ready", started[1])
     except StageFailure as e:
         return Record(wire_version=WIRE_VERSION, stage="sandbox", errors=(e.error,), warnings=(),
                       device=req.device, environment={})
@@ -51,20 +59,26 @@ def run_mode(req: JudgeRequest) -> Record:
     return ev.record()
 
 
-def _evaluate(ev: object) -> None:
+def _evaluate(ev: Evaluation) -> None:
     from sandbox.acceptance import acceptance_stage
     from sandbox.benchmark import benchmark_stage
     from sandbox.correctness import compile_stage, correctness_stage
-    from sandbox.evaluation import Evaluation
 
-    assert isinstance(ev, Evaluation)
+    t = time.monotonic()
     cand = compile_stage(ev)
+    ev.phase("compile", t)
     if "correctness" in ev.req.stages:
+        t = time.monotonic()
         correctness_stage(ev, cand)
+        ev.phase("correctness", t)
     if "benchmark" in ev.req.stages:
+        t = time.monotonic()
         ev.timing = benchmark_stage(ev, cand)
+        ev.phase("benchmark", t)
     if ev.req.current:
+        t = time.monotonic()
         ev.acceptance = acceptance_stage(ev, cand)
+        ev.phase("accept", t)
 
 
 def _measure_peak(req: JudgeRequest) -> Record:

@@ -6,6 +6,10 @@ the judge decides correctness from its own memory and cross-checks every time cl
 
 from __future__ import annotations
 
+import time
+
+_T_START = time.monotonic()  # before torch: the runner reports its import cost
+
 import argparse
 import errno
 import importlib.util
@@ -19,8 +23,11 @@ from typing import Any
 import torch
 
 from sandbox import harden, protocol
+from sandbox.op_audit import AuditTampered, audited, report
 from sandbox.tensors import DTYPES
 from sandbox.timing import Timer, thread_count
+
+_T_IMPORTED = time.monotonic()
 
 
 def _error(code: str, exc: BaseException, path: str) -> dict[str, Any]:
@@ -67,6 +74,7 @@ class Runner:
         self._harness_streams = False
 
     def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
+        t0 = time.monotonic()
         if self.device == "cpu":
             fd = int(msg["memfd"])
             self._mm = mmap.mmap(fd, int(msg["nbytes"]))
@@ -78,8 +86,11 @@ class Runner:
         self.bases = [self.base]
         self.allow_tf32 = bool(msg.get("allow_tf32", False))
         self.cuda_graph = bool(msg.get("cuda_graph", False)) and self.device == "cuda"
+        self.audit_ops = bool(msg.get("audit_ops", False))
         self.timer = Timer(self.device, msg.get("cache", "hot"), msg.get("flush_mib"))
-        return {"ok": True, "flush_bytes": self.timer.flush_nbytes, "threads": thread_count()}
+        return {"ok": True, "flush_bytes": self.timer.flush_nbytes, "threads": thread_count(),
+                "import_s": round(_T_IMPORTED - _T_START, 4),
+                "setup_s": round(time.monotonic() - t0, 4)}
 
     def _guard_streams(self) -> None:
         """Count CUDA streams the candidate creates: timed work must stay on the timed stream.
@@ -129,6 +140,7 @@ class Runner:
         return {"ok": True, "threads": thread_count()}
 
     def _args(self, slots: list[dict[str, Any]], buf: int = 0) -> list[torch.Tensor]:
+        slots = [{k: s[k] for k in ("dtype", "shape", "offset")} for s in slots]
         key = repr((slots, buf))
         views = self._views.get(key)
         if views is None:
@@ -154,19 +166,33 @@ class Runner:
         # Re-pin the precision flags before every call; report if the call changed them.
         torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
         torch.backends.cudnn.allow_tf32 = self.allow_tf32
-        try:
+        timer = self.timer
+
+        def timed() -> tuple[float, float, float]:
             if self.cuda_graph:
                 replay = self._graph(repr((msg["args"], msg.get("buf", 0))), fn, args)
-                ms, wall, tail = self.timer.time_call(replay)
+                return timer.time_call(replay)
+            return timer.time_call(lambda: fn(*args))
+
+        audit = None
+        try:
+            if self.audit_ops:
+                run, audit = audited(timed)
+                ms, wall, tail = run()
             else:
-                ms, wall, tail = self.timer.time_call(lambda: fn(*args))
+                ms, wall, tail = timed()
+        except AuditTampered as e:
+            return _error("op_audit_tampered", e, self.path)
         except BaseException as e:
             return _error(_classify(e), e, self.path)
         flags_ok = (torch.backends.cuda.matmul.allow_tf32 == self.allow_tf32
                     and torch.backends.cudnn.allow_tf32 == self.allow_tf32)
         stream_ok = self.default_stream is None or torch.cuda.current_stream() == self.default_stream
-        return {"ok": True, "ms": ms, "wall_ms": wall, "tail_ms": tail, "threads": thread_count(),
-                "flags_ok": flags_ok, "streams": self.streams_created, "stream_ok": stream_ok}
+        reply = {"ok": True, "ms": ms, "wall_ms": wall, "tail_ms": tail, "threads": thread_count(),
+                 "flags_ok": flags_ok, "streams": self.streams_created, "stream_ok": stream_ok}
+        if audit is not None:
+            reply["audit"] = report(audit)
+        return reply
 
     def _graph(self, key: str, fn: Any, args: list[torch.Tensor]) -> Any:
         """CUDA-graph mode (tiny calls): capture the launch once per buffer set, time replays.
@@ -192,10 +218,16 @@ class Runner:
         return g.replay
 
     def serve(self) -> None:
+        # The reply path is bound here, before the candidate is imported (the first "load"
+        # request imports it): these are locals of a running frame, which candidate code
+        # cannot rebind, unlike module attributes looked up at call time. The judge still
+        # bounds every figure by its own clock.
+        recv, send, closed = protocol.recv_any_from_judge, protocol.send_json, protocol.ChannelClosed
+        rfd, wfd = self.rfd, self.wfd
         while True:
             try:
-                msg = protocol.recv_any_from_judge(self.rfd)
-            except protocol.ChannelClosed:
+                msg = recv(rfd)
+            except closed:
                 return
             op = msg.get("op")
             if op == "setup":
@@ -211,7 +243,7 @@ class Runner:
                 return
             else:
                 reply = {"ok": False, "error": {"code": "protocol", "message": f"unknown op {op!r}"}}
-            protocol.send_json(self.wfd, reply)
+            send(wfd, reply)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import mmap
 import os
+import time
 from typing import Any
 
 import torch
@@ -20,11 +21,12 @@ class Side:
     """One runner (candidate, current best or a replicate) and the memory it writes into."""
 
     def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: BenchmarkWire,
-                 gpu_fraction: float | None, timeout: float):
+                 gpu_fraction: float | None, timeout: float, audit_ops: bool = False):
         self.path = path
         self.device = device
         msg: dict[str, Any] = {"op": "setup", "cache": bench.cache, "flush_mib": bench.flush_mib,
-                               "allow_tf32": bench.allow_tf32, "cuda_graph": bench.cuda_graph}
+                               "allow_tf32": bench.allow_tf32, "cuda_graph": bench.cuda_graph,
+                               "audit_ops": audit_ops}
         if device == "cpu":
             # A sealed memfd: the runner can write the bytes but cannot shrink the file
             # under the judge's mapping (which would SIGBUS the judge).
@@ -43,6 +45,12 @@ class Side:
             self.runner.send_forking({**msg, "tensor": self.base, "gpu_fraction": gpu_fraction})
         self.bases = [self.base]
         setup = self.runner.receive(timeout, "compile_timeout")
+        ready = time.monotonic() - self.runner.started
+        self.startup = {"ready": ready}
+        for key in ("import_s", "setup_s"):
+            v = setup.get(key)
+            if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= ready:
+                self.startup[key.removesuffix("_s")] = float(v)
         self.flush_bytes = int(setup.get("flush_bytes", 0))
         self.base_threads = -1
 

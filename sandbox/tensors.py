@@ -21,6 +21,9 @@ DTYPES: dict[str, torch.dtype] = {
     "uint8": torch.uint8, "bool": torch.bool,
 }
 ALIGN = 256
+# Canary bytes before, between and after the tensors of a shared buffer. A kernel without
+# a mask writes up to a block past its output; 64 KiB covers a 16K-element fp32 block.
+GUARD = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -35,24 +38,63 @@ class Slot:
     nbytes: int
 
     def wire(self) -> dict[str, Any]:
-        return {"dtype": self.dtype, "shape": list(self.shape), "offset": self.offset}
+        return {"dtype": self.dtype, "shape": list(self.shape), "offset": self.offset,
+                "role": self.role}
 
 
 def layout(tensors: Sequence[TensorWire], dims: dict[str, int]) -> list[Slot]:
     """Place every tensor of the task, for one dimension binding, at aligned offsets."""
-    slots, off = [], 0
+    slots, off = [], GUARD
     for t in tensors:
         shape = tuple(int(d) if isinstance(d, int) else int(dims[d]) for d in t.shape)
         itemsize = torch.empty((), dtype=DTYPES[t.dtype]).element_size()
         nbytes = max(1, math.prod(shape)) * itemsize
         slots.append(Slot(t.name, t.role, t.dtype, shape, off, nbytes))
-        off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        off += _aligned(nbytes) + GUARD
     return slots
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
 def total_bytes(slots: list[Slot]) -> int:
     last = slots[-1]
-    return last.offset + (last.nbytes + ALIGN - 1) // ALIGN * ALIGN
+    return last.offset + _aligned(last.nbytes) + GUARD
+
+
+def guard_regions(slots: list[Slot]) -> list[tuple[str, int, int]]:
+    """``(what, start, end)`` of every canary region: before the first tensor, between
+    tensors (alignment slack included) and after the last."""
+    regions = [(f"before {slots[0].name!r}", 0, slots[0].offset)]
+    for i, s in enumerate(slots):
+        end = slots[i + 1].offset if i + 1 < len(slots) else total_bytes(slots)
+        regions.append((f"after {s.name!r}", s.offset + s.nbytes, end))
+    return regions
+
+
+class Guards:
+    """A fresh secret byte pattern in every canary region before a call, checked after it."""
+
+    def __init__(self, slots: list[Slot], device: str, seed: int):
+        self.regions = guard_regions(slots)
+        longest = max(e - b for _, b, e in self.regions)
+        g = torch.Generator(device=device)
+        g.manual_seed(seed)
+        self.pattern = torch.randint(0, 256, (longest,), generator=g, device=device,
+                                     dtype=torch.int64).to(torch.uint8)
+
+    def arm(self, base: torch.Tensor) -> None:
+        for _, b, e in self.regions:
+            base[b:e].copy_(self.pattern[: e - b])
+
+    def first_breach(self, base: torch.Tensor) -> tuple[str, int] | None:
+        """The first region a write reached, and the byte offset into it, or None."""
+        for what, b, e in self.regions:
+            diff = base[b:e] != self.pattern[: e - b]
+            if bool(diff.any()):
+                return what, int(torch.nonzero(diff)[0])
+        return None
 
 
 def view(base: torch.Tensor, slot: Slot) -> torch.Tensor:

@@ -105,6 +105,8 @@ class TaskWire:
     correctness: CorrectnessWire
     benchmark: BenchmarkWire
     acceptance: AcceptanceWire
+    # Kernel-only task: runners record the torch ops of each launch; compute ones fail it.
+    audit_ops: bool = False
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,7 @@ class TimingRecord:
     mode: Literal["events", "cuda_graph", "perf_counter"]
     device_state: tuple[dict[str, Any], ...] = ()
     device_state_unmeasured: str | None = None
+    escape: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,12 @@ class Record:
     acceptance: AcceptanceRecord | None = None
     peaks: dict[str, Any] | None = None
     calibration: dict[str, Any] | None = None
+    # Where the time went, in seconds (diagnostics only, never a verdict): the judge's own
+    # phases and each runner's start-up; wall-clock start and end of the judge (epoch s)
+    # let the host add sandbox set-up and teardown.
+    phases: dict[str, float] = field(default_factory=dict)
+    judge_started: float | None = None
+    judge_finished: float | None = None
 
 
 # ---- (de)serialisation ---------------------------------------------------------------

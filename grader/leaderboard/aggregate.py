@@ -148,7 +148,10 @@ def entries(rows: Sequence[EvalRow], submissions: Mapping[str, Mapping[str, str]
     """Entries of every submission (name -> {task: file sha}) whose round ``rnd`` is
     complete, best first."""
     out = []
+    banned = {d.submission for d in disqualified(rows)}
     for s, files in submissions.items():
+        if s in banned:
+            continue
         figs = figures_for(rows, s, files, tasks, rnd)
         if figs is None or all(f.verdict == "not_entered" for f in figs.values()):
             continue
@@ -165,13 +168,34 @@ def select_top(rows: Sequence[EvalRow], submissions: Mapping[str, Mapping[str, s
     return [e.submission for e in ranked[:k]]
 
 
+@dataclass(frozen=True)
+class Disqualification:
+    """A submission not ranked at all, and the evaluation that showed why."""
+
+    submission: str
+    task: str
+    code: str | None
+    message: str
+
+
+def disqualified(rows: Sequence[EvalRow]) -> list[Disqualification]:
+    """One line per disqualified submission (its first violating evaluation, any round)."""
+    seen: dict[str, Disqualification] = {}
+    for r in sorted(rows, key=lambda r: (r.submission, r.task, r.round)):
+        if r.verdict == "disqualified" and r.submission not in seen:
+            seen[r.submission] = Disqualification(r.submission, r.task, r.code, r.message)
+    return [seen[s] for s in sorted(seen)]
+
+
 @dataclass
 class Board:
-    """What the page shows: the published ranking and the entries not re-measured."""
+    """What the page shows: the published ranking, the entries not re-measured, and the
+    submissions disqualified as a whole (listed apart, with the reason)."""
 
     ranked: list[Entry]
     unranked: list[Entry]
     tasks: list[str]
+    disqualified: list[Disqualification] = field(default_factory=list)
 
 
 def board(rows: Sequence[EvalRow], submissions: Mapping[str, Mapping[str, str]],
@@ -182,4 +206,4 @@ def board(rows: Sequence[EvalRow], submissions: Mapping[str, Mapping[str, str]],
         e.rank = i
     done = {e.submission for e in ranked}
     unranked = [e for e in entries(rows, submissions, tasks, "main") if e.submission not in done]
-    return Board(ranked, unranked, list(tasks))
+    return Board(ranked, unranked, list(tasks), disqualified(rows))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.errors import InfrastructureError, KgraderError
+from grader.leaderboard.integrity import violation
 from grader.leaderboard.seeds import TaskPayload
 from grader.leaderboard.state import EvalRow
 from grader.report.model import Report
@@ -123,6 +124,10 @@ def classify(report: Report) -> tuple[str, str | None, str | None, str, float | 
     """
     if report.errors:
         e = report.errors[0]
+        bad = violation(report)
+        if bad is not None and bad[0] != "below_roofline_floor":
+            return ("disqualified", e.stage, bad[0],
+                    f"integrity violation: {bad[1]}"[:2000], None, None)
         if any(x.code == "below_roofline_floor" for x in report.errors):
             return ("anomaly", "benchmark", "below_roofline_floor",
                     "faster than the task's roofline floor: an anomaly, never a record", None, None)

@@ -130,6 +130,12 @@ def render_site(state_path: Path, out_dir: Path) -> Path:
             _table(headers, ranked, "ranking"),
             "<h2>Not re-measured (selection round; not ranked)</h2>",
             _table(headers, unranked, "unranked"),
+            "<h2>Disqualified (an integrity violation on any task; not ranked at all)</h2>",
+            _table(["submission", "task", "code", "reason"],
+                   [f"<tr><td class='l'>{escape(d.submission)}</td><td class='l'>{escape(d.task)}"
+                    f"</td><td class='l'>{escape(d.code or '')}</td><td class='l'>"
+                    f"{escape(d.message[:300])}</td></tr>" for d in b.disqualified],
+                   "disqualified"),
             "<h2>Plots</h2>",
             f'<img id="plot-by-task" src="{plots["by_task"]}" alt="speed-up distribution per task">',
             f'<img id="plot-top" src="{plots["top"]}" alt="per-task speed-ups of ranked entries">',

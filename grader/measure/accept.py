@@ -139,7 +139,7 @@ def decide_with_replicate(rec: wire.AcceptanceRecord, spec: AcceptanceSpec) -> A
     if rep is not None and rep.t_cur and rep.t_cand:
         speedup = median(rep.t_cur) / median(rep.t_cand)
         result.replicate_speedup = speedup
-        need = 1.0 + spec.replicate_margin
+        need = 1.0 + spec.veto_margin
         if result.accepted and not speedup > need:
             result.accepted = False
             result.reason = (f"not confirmed: the independent replicate measured a speed-up of "

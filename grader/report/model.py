@@ -111,6 +111,10 @@ class TimingStats(_Model):
     roofline_floor_ms: float | None = None
     device_state: list[dict[str, Any]] = Field(
         default_factory=list, description="NVML clocks, power, temperature, throttle reasons per block.")
+    escape: dict[str, float] = Field(
+        default_factory=dict,
+        description="The escape check's numbers: hidden_ms (judge-clock time the timed region "
+                    "did not see, per call), budget_ms, and on CUDA tail_hidden_ms/tail_budget_ms.")
     unmeasured: dict[str, str] = Field(default_factory=dict)
 
 
@@ -148,6 +152,12 @@ class SandboxInfo(_Model):
     enforcement: dict[str, str] = Field(
         default_factory=dict, description="How each limit was enforced (cgroup, rlimit, watchdog)."
     )
+    phases: dict[str, float] = Field(
+        default_factory=dict,
+        description="Seconds per phase: scan, sandbox_setup (launch to judge start), "
+                    "judge_ready (judge start to torch imported and reference loaded), "
+                    "runnerN_ready / _import / _setup per runner started, compile, correctness, "
+                    "benchmark, accept, teardown (judge's record to sandbox gone), total.")
 
 
 class CandidateInfo(_Model):

@@ -40,7 +40,8 @@ def timing_stats(spec: TaskSpec, t: wire.TimingRecord, device: str,
                        clock=t.clock, mode=t.mode, cache=t.cache, dims=t.dims,
                        checked_calls=t.checked_calls, check_policy=t.check_policy,
                        flagged_samples=t.flagged_samples, roofline_floor_ms=floor,
-                       device_state=list(t.device_state), unmeasured=unmeasured)
+                       device_state=list(t.device_state), escape=dict(t.escape),
+                       unmeasured=unmeasured)
 
 
 def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:

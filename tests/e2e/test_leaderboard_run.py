@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.leaderboard.aggregate import board
 from grader.leaderboard.state import State
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -42,12 +43,17 @@ def tiny_task(root: Path, name: str = "tiny_add", reference: str | None = None) 
     return d
 
 
-def submissions(root: Path, task: str, cands: dict[str, str]) -> Path:
+def submissions(root: Path, task: str, cands: dict[str, str | Path]) -> Path:
     for name, cand in cands.items():
         (root / name).mkdir(parents=True)
-        shutil.copy(EXAMPLES / "vector_add_small" / "candidates" / f"{cand}.py",
-                    root / name / f"{task}.py")
+        src = cand if isinstance(cand, Path) else \
+            EXAMPLES / "vector_add_small" / "candidates" / f"{cand}.py"
+        shutil.copy(src, root / name / f"{task}.py")
     return root
+
+
+# Correct on every value the checker reads, but writes past its output on the hidden shape.
+CHEAT = EXAMPLES.parent / "tests" / "attacks" / "runtime" / "unmasked_tail_store.py"
 
 
 def kgrader(*args: str, env: dict[str, str] | None = None,
@@ -74,7 +80,8 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("lb")
     return {"task": tiny_task(root / "tasks"),
             "bad_task": tiny_task(root / "tasks", "bad_ref", BROKEN_REF),
-            "subs": submissions(root / "subs", "tiny_add", {"good": "good", "wrong": "wrong"}),
+            "subs": submissions(root / "subs", "tiny_add",
+                                {"good": "good", "wrong": "wrong", "cheat": CHEAT}),
             "root": root}
 
 
@@ -95,6 +102,17 @@ def test_failing_reference_skips_its_task_and_the_batch_goes_on(local_state: Pat
     assert v[("good", "tiny_add", "main")][0] == "ok"
     assert v[("wrong", "tiny_add", "main")] == ("failed", "correctness", "wrong_values")
     assert ("good", "tiny_add", "rerun") in v  # the top-1 entry was re-measured
+
+
+def test_integrity_violation_disqualifies_the_whole_submission(local_state: Path) -> None:
+    v = verdicts(local_state)
+    assert v[("cheat", "tiny_add", "main")] == ("disqualified", "correctness", "out_of_bounds_write")
+    with State.open(local_state, create=False) as st:
+        rows = st.evaluations()
+        subs = {s.name: s.files for s in st.submissions() if s.status == "valid"}
+        b = board(rows, subs, ["tiny_add"], st.meta("top", []))
+    assert "cheat" not in {e.submission for e in b.ranked + b.unranked}
+    assert [(d.submission, d.code) for d in b.disqualified] == [("cheat", "out_of_bounds_write")]
 
 
 def test_rerun_of_the_same_command_redoes_nothing(inputs: dict[str, Path], local_state: Path) -> None:

@@ -217,3 +217,16 @@ def test_correct_candidates_use_torch_only_for_allocation_and_views(example: str
         if isinstance(f, ast.FunctionDef) and any(ast.unparse(d) == "triton.jit" for d in f.decorator_list)
     ]
     assert jitted, "a correct candidate must launch a @triton.jit kernel"
+
+
+@pytest.mark.parametrize("example", ALL)
+def test_hidden_shapes_include_one_larger_than_tune_in_every_dimension(example: str) -> None:
+    # A kernel with a hard-coded grid and no mask writes past its output only when a
+    # shape grows; sizes off the usual block multiples catch tails.
+    spec = spec_of(example)
+    tune = spec.shapes.tune
+    larger = [h for h in spec.shapes.hidden
+              if all(all(h[d] > t[d] for d in t) for t in tune)]
+    assert larger, f"{example}: no hidden shape larger than every tune shape in every dimension"
+    assert any(all(v % 16 and v % 128 for v in h.values()) for h in spec.shapes.hidden), (
+        f"{example}: no hidden shape off the multiples of 16 and 128")

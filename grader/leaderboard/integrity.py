@@ -1,0 +1,41 @@
+"""Which failures disqualify a whole submission on a leaderboard.
+
+A submission that attacked the grader on one task is not ranked on its other tasks: a
+scan denial of a security rule, tampering with the harness, forged or escaping timing,
+writes outside its tensors, torch compute smuggled into a kernel-only launch, or abuse of
+a sandbox limit (fork bombs, disk fills, log floods). Honest failures (wrong values, a
+kernel that does not compile, a timeout, an out-of-memory on a big shape) only lose
+that task.
+
+Fail closed: every scan denial counts as an integrity violation except the rules listed
+in :data:`HONEST_SCAN_RULES`, which catch code that is merely wrong or of the wrong kind.
+"""
+
+from __future__ import annotations
+
+from grader.report.model import Report
+
+HONEST_SCAN_RULES = frozenset({
+    "syntax-error", "too-complex", "require-triton-kernel", "torch-compute-op",
+    "functional-op", "matmul-operator", "tensor-compute-method", "torch-compile", "cuda-graph",
+    "library-fallback",
+})
+VIOLATION_CODES = frozenset({
+    "out_of_bounds_write", "out_of_bounds_access", "work_escaped_timing", "timing_inconsistent",
+    "side_stream", "background_thread", "input_mutated", "precision_flags_changed",
+    "torch_compute_in_launch", "op_audit_tampered", "out_tampered", "runner_spawned_process",
+    "foreign_gpu_process", "pids_limit", "disk_limit", "output_limit", "below_roofline_floor",
+})
+
+
+def violation(report: Report) -> tuple[str, str] | None:
+    """``(code, message)`` of the first integrity violation in ``report``, or None."""
+    for e in report.errors:
+        code = e.code.removeprefix("current_")
+        if e.origin != "candidate" or code != e.code:
+            continue  # the grader's fault, or the current best's: not this submission's
+        if e.stage == "integrity" or code in VIOLATION_CODES:
+            return code, e.message
+        if e.stage == "scan" and code not in HONEST_SCAN_RULES:
+            return code, f"denied by a security rule of the policy: {e.message}"
+    return None
