@@ -126,8 +126,9 @@ class AllowIndex:
 
 def describe(allow: AllowList) -> list[str]:
     """The allow-list as readable lines, for ``kgrader policy show``."""
-    lines = ["allow-list (anything not listed is denied):", f"  rationale: {allow.rationale}",
-             f"  builtins:  {', '.join(allow.builtins)}", "  modules:"]
+    lines = ["allow-list (anything not listed is denied):", f"  rationale: {allow.rationale}"]
+    lines.extend(_wrapped("builtins", allow.builtins, indent=2))
+    lines.append("  modules:")
     for key, entry in allow.modules:
         lines.append(f"    {key}: {entry.why}")
         lines.extend(_wrapped("names", entry.names or ("(the module only)",)))
@@ -137,14 +138,14 @@ def describe(allow: AllowList) -> list[str]:
     return lines
 
 
-def _wrapped(label: str, items: tuple[str, ...], width: int = 96) -> list[str]:
-    out, line = [], f"      {label}: "
-    indent = " " * len(line)
+def _wrapped(label: str, items: tuple[str, ...], width: int = 96, indent: int = 6) -> list[str]:
+    out, line = [], f"{' ' * indent}{label}: "
+    pad = " " * len(line)
     for i, item in enumerate(items):
         piece = item + (", " if i < len(items) - 1 else "")
         if len(line) + len(piece) > width and line.strip() != f"{label}:":
             out.append(line.rstrip())
-            line = indent
+            line = pad
         line += piece
     out.append(line.rstrip())
     return out

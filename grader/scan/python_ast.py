@@ -215,10 +215,11 @@ class Walker:
         """An alias of something a rule cares about survives rebinding to plain data.
 
         Without scopes, ``def g(): f = 1`` would otherwise erase ``f = getattr`` at module
-        level and hide every later ``f(torch, name)``.
+        level and hide every later ``f(torch, name)``; under an allow-list, ``t = 1`` would
+        erase ``t = torch`` and hide ``t.os``.
         """
         return (bool(self.c.refs(q)) or q in GETATTR or q in ATTR_SETTERS or q in IMPORTERS
-                or q in self.c.native_calls or self.c.allow is not None)
+                or q in self.c.native_calls or (self.c.allow is not None and self.c.allow.is_module(q)))
 
     def _alias(self, name: str, target: str) -> None:
         if name not in BUILTIN_NAMES:  # never shadow a builtin (no scopes; err toward findings)
