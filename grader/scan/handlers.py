@@ -34,8 +34,9 @@ _DUNDER_TOKEN = re.compile(r"__[A-Za-z0-9]\w*?__")
 
 # Context bits: inside a @triton.jit body; inside the body of a catch-all try; the node is
 # the inner part of a dotted chain (only the whole chain ``a.b.c`` is matched, once); the
-# node is a string statement whose value is discarded (a docstring).
-JIT, TRY, INNER, DISCARD = 1, 2, 4, 8
+# node is a string statement whose value is discarded (a docstring); directly in a class
+# body (where a binding is also a class attribute, reachable as C.name).
+JIT, TRY, INNER, DISCARD, CLASS = 1, 2, 4, 8, 16
 
 Pieces = list[tuple[str, int]]
 Handler = Callable[["Walker", ast.AST, int], int]
@@ -48,17 +49,32 @@ def _is_str(node: ast.AST) -> bool:
 def on_import(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Import | ast.ImportFrom)
     names = w.bind_import(node)
+    allow = w.c.allow
     for i, name in enumerate(names):
         hits = w.c.refs(name)
         w.report_all(hits, node)
-        if w.c.allow is not None and not _denies(hits):
+        if allow is not None and not _denies(hits):
             if i == 0 and isinstance(node, ast.ImportFrom):
-                denial = w.c.allow.importable(name)  # the module part binds nothing
+                denial = allow.importable(name)  # the module part binds nothing
             else:
-                denial = w.c.allow.check(name, builtin=False)
+                denial = allow.check(name, builtin=False)
             if denial is not None:
                 w.report(Hit(denial.rule, "deny", denial.message), node.lineno, node.col_offset)
+    if allow is not None and ctx & CLASS:
+        # `class C: import torch as m` makes C.m a module that no alias tracks.
+        for alias in node.names:
+            bound = _bound_module(node, alias)
+            if allow.is_module(bound):
+                denial = allow.value_denial(bound)
+                w.report(Hit(denial.rule, "deny", denial.message + " (a class attribute)"),
+                         node.lineno, node.col_offset)
     return ctx
+
+
+def _bound_module(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> str:
+    if isinstance(node, ast.ImportFrom):
+        return f"{'.' * node.level}{node.module or ''}.{alias.name}"
+    return alias.name if alias.asname else alias.name.split(".")[0]
 
 
 def _denies(hits: tuple[Hit, ...]) -> bool:
@@ -213,21 +229,29 @@ def on_call(w: Walker, node: ast.AST, ctx: int) -> int:
 
 def on_function(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ctx &= ~CLASS
     if any(w.is_jit(d) for d in node.decorator_list):
         w.jit_defs[node.name] = node.lineno
         return ctx | JIT
     return ctx
 
 
-def _alias_value(w: Walker, targets: list[ast.expr], value: ast.expr | None) -> None:
-    """``t = torch``: the value becomes a tracked alias, not a module leaving sight."""
+def on_class(w: Walker, node: ast.AST, ctx: int) -> int:
+    return (ctx & ~INNER) | CLASS
+
+
+def _alias_value(w: Walker, targets: list[ast.expr], value: ast.expr | None, ctx: int) -> None:
+    """``t = torch``: the value becomes a tracked alias, not a module leaving sight. Not in
+    a class body, where ``m = torch`` is also the attribute ``C.m`` that no alias tracks."""
+    if ctx & CLASS:
+        return
     if isinstance(value, ast.Name | ast.Attribute) and all(isinstance(t, ast.Name) for t in targets):
         w.alias_values.add(id(value))
 
 
 def on_assign(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Assign)
-    _alias_value(w, node.targets, node.value)
+    _alias_value(w, node.targets, node.value, ctx)
     for target in node.targets:
         w.check_write(target)
         w.bind(target, node.value)
@@ -236,7 +260,7 @@ def on_assign(w: Walker, node: ast.AST, ctx: int) -> int:
 
 def on_ann_assign(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.AnnAssign)
-    _alias_value(w, [node.target], node.value)
+    _alias_value(w, [node.target], node.value, ctx)
     w.check_write(node.target)
     if node.value is not None:
         w.bind(node.target, node.value)
@@ -266,7 +290,7 @@ def on_aug_assign(w: Walker, node: ast.AST, ctx: int) -> int:
 
 def on_named_expr(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.NamedExpr)
-    _alias_value(w, [node.target], node.value)
+    _alias_value(w, [node.target], node.value, ctx)
     w.bind(node.target, node.value)
     return ctx
 
@@ -333,6 +357,7 @@ HANDLERS: dict[type[ast.AST], Handler] = {
     ast.Call: on_call,
     ast.FunctionDef: on_function,
     ast.AsyncFunctionDef: on_function,
+    ast.ClassDef: on_class,
     ast.Assign: on_assign,
     ast.AnnAssign: on_ann_assign,
     ast.AugAssign: on_aug_assign,
