@@ -20,6 +20,7 @@ from rich.text import Text
 
 from grader.cli.common import kgrader_errors
 from grader.scan import ScanResult, list_policies, load_policy, read_candidate, scan_source
+from grader.scan.allowlist import describe
 from grader.scan.corpus import run_corpus
 from grader.scan.policy import Rule, effective_severity
 
@@ -105,6 +106,9 @@ def policy_show(name: str) -> None:
         console.print(f"  threat:    {rule.threat}")
         console.print(Text(f"  matches:   {_matchers(rule)}", style="dim"))
     console.print()
+    if policy.allowlist is not None:
+        console.print("\n".join(describe(policy.allowlist)), markup=False)
+        console.print()
     console.print(f"{len(policy.rules)} rules: {counts['deny']} deny, {counts['warn']} warn")
 
 

@@ -7,16 +7,19 @@ the policy matches, updates bindings, and returns the context for the node's chi
 from __future__ import annotations
 
 import ast
-import builtins
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from grader.scan import native
+from grader.scan.formats import walking_fields
+from grader.scan.matchers import Hit
+from grader.scan.names import BUILTIN_NAMES, is_dunder
 
 if TYPE_CHECKING:
     from grader.scan.python_ast import Walker
 
-BUILTIN_NAMES = frozenset(dir(builtins)) | {"__builtins__", "__loader__", "__spec__"}
+__all__ = ["BUILTIN_NAMES", "HANDLERS"]
 JIT_DECORATORS = frozenset({
     "triton.jit", "triton.autotune", "triton.heuristics", "triton.runtime.jit",
     "triton.runtime.jit.jit", "triton.runtime.autotune", "triton.runtime.autotuner.autotune",
@@ -26,10 +29,14 @@ IMPORTERS = frozenset({"__import__", "builtins.__import__", "importlib.import_mo
 GETATTR = frozenset({"getattr", "builtins.getattr"})
 ATTR_SETTERS = frozenset({"setattr", "delattr", "builtins.setattr", "builtins.delattr"})
 BROAD = frozenset({"Exception", "BaseException"})
+FORMAT_METHODS = frozenset({"format", "format_map"})
+_DUNDER_TOKEN = re.compile(r"__[A-Za-z0-9]\w*?__")
 
 # Context bits: inside a @triton.jit body; inside the body of a catch-all try; the node is
-# the inner part of a dotted chain (only the whole chain ``a.b.c`` is matched, once).
-JIT, TRY, INNER = 1, 2, 4
+# the inner part of a dotted chain (only the whole chain ``a.b.c`` is matched, once); the
+# node is a string statement whose value is discarded (a docstring); directly in a class
+# body (where a binding is also a class attribute, reachable as C.name).
+JIT, TRY, INNER, DISCARD, CLASS = 1, 2, 4, 8, 16
 
 Pieces = list[tuple[str, int]]
 Handler = Callable[["Walker", ast.AST, int], int]
@@ -41,30 +48,110 @@ def _is_str(node: ast.AST) -> bool:
 
 def on_import(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Import | ast.ImportFrom)
-    for name in w.bind_import(node):
-        w.report_all(w.c.refs(name), node)
+    names = w.bind_import(node)
+    allow = w.c.allow
+    for i, name in enumerate(names):
+        hits = w.c.refs(name)
+        w.report_all(hits, node)
+        if allow is not None and not _denies(hits):
+            if i == 0 and isinstance(node, ast.ImportFrom):
+                denial = allow.importable(name)  # the module part binds nothing
+            else:
+                denial = allow.check(name, builtin=False)
+            if denial is not None:
+                w.report(Hit(denial.rule, "deny", denial.message), node.lineno, node.col_offset)
+    if allow is not None and ctx & CLASS:
+        # `class C: import torch as m` makes C.m a module that no alias tracks.
+        for alias in node.names:
+            bound = _bound_module(node, alias)
+            if allow.is_module(bound):
+                denial = allow.value_denial(bound)
+                w.report(Hit(denial.rule, "deny", denial.message + " (a class attribute)"),
+                         node.lineno, node.col_offset)
     return ctx
+
+
+def _bound_module(node: ast.Import | ast.ImportFrom, alias: ast.alias) -> str:
+    if isinstance(node, ast.ImportFrom):
+        return f"{'.' * node.level}{node.module or ''}.{alias.name}"
+    return alias.name if alias.asname else alias.name.split(".")[0]
+
+
+def _denies(hits: tuple[Hit, ...]) -> bool:
+    return any(h.severity == "deny" for h in hits)
+
+
+def _called_only(w: Walker, node: ast.Name | ast.Attribute, q: str) -> None:
+    """callable-as-value: getattr & co. are only ever the callee of a call, never a value."""
+    entry = w.c.checks.get("callable-as-value")
+    if entry is not None and id(node) not in w.callees:
+        hit = entry[0]
+        w.report(hit, node.lineno, node.col_offset,
+                 f"{hit.message} ({q} is passed, stored or aliased here)")
+
+
+def _whole_name(w: Walker, node: ast.Name | ast.Attribute, q: str) -> None:
+    """A complete dotted name (not the inner part of a longer one): refs, then allow-list."""
+    hits = w.c.refs(q)
+    w.report_all(hits, node)
+    if w.c.allow is not None and not _denies(hits):
+        w.allowlisted(q, node)
 
 
 def on_name(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Name)
-    if not ctx & INNER and not isinstance(node.ctx, ast.Store):
-        q = w.qual(node)
+    if isinstance(node.ctx, ast.Store):
+        return ctx & ~INNER
+    q = w.qual(node)
+    if q is not None and q in w.c.as_value:
+        _called_only(w, node, q)  # also as the base of getattr.__call__
+    if not ctx & INNER:
         if q is not None:
-            w.report_all(w.c.refs(q), node)
+            _whole_name(w, node, q)
+        elif w.c.allow is not None and is_dunder(node.id) and isinstance(node.ctx, ast.Load):
+            w.allowlisted(node.id, node, builtin=True)  # __file__, __class__ ...
     return ctx & ~INNER
 
 
 def on_attribute(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Attribute)
-    hits = w.c.attributes.get(node.attr)
+    hits = w.c.attrs(node.attr)
     if hits:
         w.report_all(hits, node)
+    if node.attr in FORMAT_METHODS and id(node) not in w.format_calls:
+        _format_template(w, node, None)
     if not ctx & INNER:
         q = w.qual(node)
         if q is not None:
-            w.report_all(w.c.refs(q), node)
+            if q in w.c.as_value:
+                _called_only(w, node, q)
+            _whole_name(w, node, q)
     return ctx & ~INNER
+
+
+def _format_template(w: Walker, method: ast.Attribute, call: ast.Call | None) -> None:
+    """format-fields: ``TEMPLATE.format(...)`` only with a static template whose fields
+    name no attribute or item (``{0.__globals__}``, ``{0[modules]}``)."""
+    entry = w.c.checks.get("format-fields")
+    if entry is None:
+        return
+    hit = entry[0]
+    template: ast.expr | None = method.value
+    if w.qual(method.value) == "str":  # str.format(TEMPLATE, ...)
+        args = call.args if call is not None else []
+        template = args[0] if args and not isinstance(args[0], ast.Starred) else None
+    pieces = w.strings_of(template) if template is not None else None
+    where = call if call is not None else method
+    if pieces is None:
+        why = "the template is not a static string, so its fields cannot be checked"
+        w.report(hit, where.lineno, where.col_offset, f"{hit.message} ({why})")
+        return
+    for text, _line in pieces:
+        bad = walking_fields(text)
+        if bad:
+            w.report(hit, where.lineno, where.col_offset,
+                     f"{hit.message} (field {{{bad[0]}}} in {method.attr} template)")
+            return
 
 
 def _attr_builtins(w: Walker, node: ast.Call, fq: str) -> None:
@@ -73,7 +160,7 @@ def _attr_builtins(w: Walker, node: ast.Call, fq: str) -> None:
     literal = len(args) >= 2 and _is_str(args[1])
     if literal:
         name = args[1].value  # type: ignore[attr-defined]
-        w.report_all(w.c.attributes.get(name, ()), node)
+        w.report_all(w.c.attrs(name), node)
         base = w.qual(args[0])
         if base is not None:
             w.report_all(w.c.refs(f"{base}.{name}"), node)
@@ -115,6 +202,10 @@ def _native_call(w: Walker, node: ast.Call, spec: tuple[tuple[int, ...], tuple[s
 def on_call(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Call)
     func = node.func
+    w.callees.add(id(func))
+    if isinstance(func, ast.Attribute) and func.attr in FORMAT_METHODS:
+        w.format_calls.add(id(func))
+        _format_template(w, func, node)
     fq = w.qual(func)
     if fq is not None:
         if fq in GETATTR or fq in ATTR_SETTERS:
@@ -138,14 +229,29 @@ def on_call(w: Walker, node: ast.AST, ctx: int) -> int:
 
 def on_function(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    ctx &= ~CLASS
     if any(w.is_jit(d) for d in node.decorator_list):
         w.jit_defs[node.name] = node.lineno
         return ctx | JIT
     return ctx
 
 
+def on_class(w: Walker, node: ast.AST, ctx: int) -> int:
+    return (ctx & ~INNER) | CLASS
+
+
+def _alias_value(w: Walker, targets: list[ast.expr], value: ast.expr | None, ctx: int) -> None:
+    """``t = torch``: the value becomes a tracked alias, not a module leaving sight. Not in
+    a class body, where ``m = torch`` is also the attribute ``C.m`` that no alias tracks."""
+    if ctx & CLASS:
+        return
+    if isinstance(value, ast.Name | ast.Attribute) and all(isinstance(t, ast.Name) for t in targets):
+        w.alias_values.add(id(value))
+
+
 def on_assign(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Assign)
+    _alias_value(w, node.targets, node.value, ctx)
     for target in node.targets:
         w.check_write(target)
         w.bind(target, node.value)
@@ -154,6 +260,7 @@ def on_assign(w: Walker, node: ast.AST, ctx: int) -> int:
 
 def on_ann_assign(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.AnnAssign)
+    _alias_value(w, [node.target], node.value, ctx)
     w.check_write(node.target)
     if node.value is not None:
         w.bind(node.target, node.value)
@@ -183,6 +290,7 @@ def on_aug_assign(w: Walker, node: ast.AST, ctx: int) -> int:
 
 def on_named_expr(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.NamedExpr)
+    _alias_value(w, [node.target], node.value, ctx)
     w.bind(node.target, node.value)
     return ctx
 
@@ -214,6 +322,33 @@ def on_try(w: Walker, node: ast.AST, ctx: int) -> int:
     return ctx
 
 
+def on_expr(w: Walker, node: ast.AST, ctx: int) -> int:
+    assert isinstance(node, ast.Expr)
+    value = node.value
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return ctx | DISCARD  # a docstring or bare string: its value is thrown away
+    return ctx & ~DISCARD
+
+
+def on_constant(w: Walker, node: ast.AST, ctx: int) -> int:
+    """dunder-string: ``"__globals__"`` as data is an attribute walk waiting for a getter."""
+    assert isinstance(node, ast.Constant)
+    entry = w.dunder_strings
+    if entry is None or ctx & DISCARD:
+        return ctx
+    value = node.value
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if not isinstance(value, str) or "__" not in value:
+        return ctx
+    hit, rule = entry
+    for token in _DUNDER_TOKEN.findall(value):
+        if token not in rule.allow:
+            w.report(hit, node.lineno, node.col_offset, f"{hit.message} ({token!r})")
+            break
+    return ctx
+
+
 HANDLERS: dict[type[ast.AST], Handler] = {
     ast.Import: on_import,
     ast.ImportFrom: on_import,
@@ -222,6 +357,7 @@ HANDLERS: dict[type[ast.AST], Handler] = {
     ast.Call: on_call,
     ast.FunctionDef: on_function,
     ast.AsyncFunctionDef: on_function,
+    ast.ClassDef: on_class,
     ast.Assign: on_assign,
     ast.AnnAssign: on_ann_assign,
     ast.AugAssign: on_aug_assign,
@@ -230,4 +366,6 @@ HANDLERS: dict[type[ast.AST], Handler] = {
     ast.BinOp: on_binop,
     ast.Try: on_try,
     ast.TryStar: on_try,
+    ast.Expr: on_expr,
+    ast.Constant: on_constant,
 }

@@ -10,23 +10,11 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from grader.scan.allowlist import AllowIndex
+from grader.scan.names import NamePatterns
 from grader.scan.policy import CheckId, Policy, Rule, Severity, effective_severity
 
-
-class NamePatterns:
-    """Exact names plus ``*`` globs (``*`` spans dots)."""
-
-    def __init__(self, patterns: tuple[str, ...]) -> None:
-        self.exact = frozenset(p for p in patterns if "*" not in p)
-        globs = [p for p in patterns if "*" in p]
-        joined = "|".join(".*".join(re.escape(s) for s in g.split("*")) for g in globs)
-        self.glob = re.compile(rf"(?:{joined})\Z") if globs else None
-
-    def __bool__(self) -> bool:
-        return bool(self.exact) or self.glob is not None
-
-    def match(self, name: str) -> bool:
-        return name in self.exact or (self.glob is not None and self.glob.match(name) is not None)
+__all__ = ["Compiled", "Hit", "NamePatterns", "compile_policy"]
 
 
 @dataclass(frozen=True)
@@ -54,12 +42,16 @@ class Compiled:
     write_rules: list[tuple[Hit, NamePatterns]] = field(default_factory=list)
     write_attrs: dict[str, list[Hit]] = field(default_factory=dict)
     attributes: dict[str, list[Hit]] = field(default_factory=dict)
+    attribute_globs: list[tuple[Hit, NamePatterns]] = field(default_factory=list)
     methods: dict[str, list[Hit]] = field(default_factory=dict)
     methods_anywhere: dict[str, list[Hit]] = field(default_factory=dict)
     operators: dict[str, list[Hit]] = field(default_factory=dict)
     checks: dict[CheckId, tuple[Hit, Rule]] = field(default_factory=dict)
     native: list[tuple[Hit, re.Pattern[str]]] = field(default_factory=list)
     native_calls: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = field(default_factory=dict)
+    as_value: frozenset[str] = frozenset()  # callable-as-value: only ever called directly
+    allow: AllowIndex | None = None
+    _attr_cache: dict[str, tuple[Hit, ...]] = field(default_factory=dict)
     _ref_cache: dict[str, tuple[Hit, ...]] = field(default_factory=dict)
     _write_cache: dict[str, tuple[Hit, ...]] = field(default_factory=dict)
 
@@ -70,6 +62,15 @@ class Compiled:
             cached = tuple(r.hit for r in self.ref_rules
                            if r.refs.match(name) and not r.allow.match(name))
             self._ref_cache[name] = cached
+        return cached
+
+    def attrs(self, name: str) -> tuple[Hit, ...]:
+        """Rules whose ``attributes`` (exact or glob) match this attribute name."""
+        cached = self._attr_cache.get(name)
+        if cached is None:
+            cached = tuple(self.attributes.get(name, ())) + tuple(
+                h for h, pats in self.attribute_globs if pats.match(name))
+            self._attr_cache[name] = cached
         return cached
 
     def writes(self, name: str) -> tuple[Hit, ...]:
@@ -96,13 +97,20 @@ def compile_policy(policy: Policy) -> Compiled:
         if rule.writes:
             out.write_rules.append((hit, NamePatterns(rule.writes)))
         _add(out.write_attrs, rule.write_attrs, hit)
-        _add(out.attributes, rule.attributes, hit)
+        _add(out.attributes, tuple(a for a in rule.attributes if "*" not in a), hit)
+        globs = tuple(a for a in rule.attributes if "*" in a)
+        if globs:
+            out.attribute_globs.append((hit, NamePatterns(globs)))
         _add(out.methods if rule.outside_kernels else out.methods_anywhere, rule.methods, hit)
         _add(out.operators, rule.operators, hit)
         for pattern in rule.native:
             out.native.append((hit, re.compile(pattern, re.MULTILINE)))
         if rule.check is not None:
             out.checks[rule.check] = (hit, rule)
+        if rule.check == "callable-as-value":
+            out.as_value = frozenset(rule.calls)
     for src in policy.native_sources:
         out.native_calls[src.call] = (src.positions, src.keywords)
+    if policy.allowlist is not None:
+        out.allow = AllowIndex(policy.name, policy.allowlist)
     return out

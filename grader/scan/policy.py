@@ -1,11 +1,13 @@
-"""Deny policies as data: the TOML schema, loading, ``extends`` resolution.
+"""Policies as data: the TOML schema, loading, ``extends`` resolution.
 
-A policy file holds *what* is denied; the scanners in this package are the generic
-mechanism that applies it. Two models:
+A policy file holds *what* is denied (rules) and, for the kernel-only policies, what is
+*allowed* (an allow-list: everything not on it is denied); the scanners in this package
+are the generic mechanism that applies both. Two models:
 
 * :class:`PolicyFile` is one TOML file as written (unknown keys rejected);
 * :class:`Policy` is the effective policy after the ``extends`` chain is resolved, with
-  ``disable``, ``overrides`` and ``promote_warnings`` applied. Scanners only see this one.
+  ``disable``, ``overrides``, ``promote_warnings`` and ``allowlist`` merged. Scanners only
+  see this one.
 
 Errors are :class:`grader.errors.PolicyError` and name the file, the key path and, where
 it can be found, the line.
@@ -30,10 +32,18 @@ CheckId = Literal[
     "broad-except-launch",
     "asm-allowlist",
     "native-opaque-source",
+    "callable-as-value",
+    "format-fields",
+    "dunder-string",
 ]
 OperatorName = Literal["MatMult", "Pow", "Add", "Sub", "Mult", "Div", "FloorDiv", "Mod"]
 
 RULE_ID = r"^[a-z][a-z0-9\-]*$"
+MODULE_NAME = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
+# Rule ids of the allow-list's findings; the mechanism owns them, so no rule may reuse one.
+ALLOWLIST_RULE_IDS = frozenset({
+    "module-not-allowed", "name-not-allowed", "builtin-not-allowed", "module-as-value",
+})
 
 
 def policies_dir() -> Path:
@@ -62,7 +72,8 @@ class Rule(_Frozen):
     allow: tuple[str, ...] = Field((), description="Exceptions to refs; for asm-allowlist, mnemonics.")
     writes: tuple[str, ...] = Field((), description="Names whose assignment/deletion matches.")
     write_attrs: tuple[str, ...] = Field((), description="Attribute names whose write matches.")
-    attributes: tuple[str, ...] = Field((), description="Attribute names whose access matches.")
+    attributes: tuple[str, ...] = Field(
+        (), description="Attribute names whose access matches, on any object; `*` globs (`__*__`).")
     methods: tuple[str, ...] = Field((), description="Method calls on non-module objects.")
     operators: tuple[OperatorName, ...] = Field((), description="Binary operators (ast names).")
     native: tuple[str, ...] = Field((), description="Regexes over native (C/CUDA) source.")
@@ -100,6 +111,59 @@ class NativeSource(_Frozen):
     keywords: tuple[str, ...] = ()
 
 
+class AllowedModule(_Frozen):
+    """One module a kernel may import, and the names below it that it may use."""
+
+    why: str = Field(min_length=1, description="What a kernel needs from it; quoted in findings.")
+    names: tuple[str, ...] = Field(
+        (), description="Names below the module, relative to it (`empty`, `cuda.synchronize`); "
+        "`*` spans dots. The module itself is always allowed as an import and as the base of "
+        "a dotted name, never as a value.")
+    deny_segments: tuple[str, ...] = Field(
+        (), description="Attribute names (fnmatch patterns) denied anywhere below the module "
+        "even where `names` match: submodules that re-export os/builtins/inspect, privates.")
+
+    @model_validator(mode="after")
+    def _patterns_are_sane(self) -> AllowedModule:
+        for name in self.names:
+            if not name or name.startswith(".") or name.endswith("."):
+                raise ValueError(f"bad allowed name {name!r} (relative dotted name, * globs)")
+        for seg in self.deny_segments:
+            if not seg or "." in seg:
+                raise ValueError(f"bad deny segment {seg!r} (one attribute name, no dots)")
+        return self
+
+
+class AllowListFile(_Frozen):
+    """``[allowlist]`` as written; a key left out inherits the parent's value."""
+
+    rationale: str | None = Field(None, min_length=1, description="Why this is an allow-list.")
+    builtins: tuple[str, ...] | None = Field(
+        None, description="Builtins (and module dunders such as __name__) the candidate may use.")
+    modules: dict[str, AllowedModule] = Field(
+        default_factory=dict, description="Importable modules by dotted name; a child's entry "
+        "replaces the parent's entry of the same module.")
+
+    @model_validator(mode="after")
+    def _module_names(self) -> AllowListFile:
+        for key in self.modules:
+            if not re.match(MODULE_NAME, key):
+                raise ValueError(f"bad module name {key!r}")
+        return self
+
+
+class AllowList(_Frozen):
+    """The effective allow-list: anything not listed here is denied."""
+
+    rationale: str
+    builtins: tuple[str, ...]
+    modules: tuple[tuple[str, AllowedModule], ...] = Field(
+        description="(module, entry) pairs, sorted by module name.")
+
+    def module(self, key: str) -> AllowedModule | None:
+        return next((m for k, m in self.modules if k == key), None)
+
+
 class PolicyFile(_Frozen):
     """One ``policies/*.toml`` file as written."""
 
@@ -109,6 +173,7 @@ class PolicyFile(_Frozen):
     disable: tuple[str, ...] = ()
     overrides: dict[str, RuleOverride] = Field(default_factory=dict)
     native_sources: tuple[NativeSource, ...] = ()
+    allowlist: AllowListFile | None = None
     rules: tuple[Rule, ...] = ()
 
 
@@ -122,6 +187,8 @@ class Policy(_Frozen):
     promote_warnings: bool
     native_sources: tuple[NativeSource, ...]
     rules: tuple[Rule, ...]
+    allowlist: AllowList | None = Field(
+        None, description="When set, imports, module names and builtins not listed are denied.")
 
     def rule(self, rule_id: str) -> Rule | None:
         return next((r for r in self.rules if r.id == rule_id), None)
@@ -223,6 +290,11 @@ def _merge(parent: Policy | None, own: PolicyFile, name: str, path: Path) -> Pol
         promote = parent.promote_warnings if parent else False
     natives = {n.call: n for n in (parent.native_sources if parent else ())}
     natives.update({n.call: n for n in own.native_sources})
+    allowlist = _merge_allowlist(parent.allowlist if parent else None, own.allowlist, path)
+    if allowlist is not None:
+        clash = sorted(ALLOWLIST_RULE_IDS & set(rules))
+        if clash:
+            raise PolicyError(f"{path}: rule id {clash[0]!r} is reserved for allow-list findings")
     return Policy(
         name=name,
         description=own.description or (parent.description if parent else ""),
@@ -231,7 +303,22 @@ def _merge(parent: Policy | None, own: PolicyFile, name: str, path: Path) -> Pol
         promote_warnings=promote,
         native_sources=tuple(natives.values()),
         rules=tuple(rules.values()),
+        allowlist=allowlist,
     )
+
+
+def _merge_allowlist(parent: AllowList | None, own: AllowListFile | None,
+                     path: Path) -> AllowList | None:
+    if own is None:
+        return parent
+    rationale = own.rationale or (parent.rationale if parent else None)
+    if rationale is None:
+        raise PolicyError(f"{path}: key 'allowlist.rationale': required (nothing to inherit)")
+    builtins = own.builtins if own.builtins is not None else (parent.builtins if parent else ())
+    modules = dict(parent.modules) if parent else {}
+    modules.update(own.modules)
+    return AllowList(rationale=rationale, builtins=builtins,
+                     modules=tuple(sorted(modules.items())))
 
 
 def _resolve(path: Path, stack: tuple[Path, ...]) -> Policy:

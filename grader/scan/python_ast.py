@@ -9,7 +9,9 @@ or string literal that mentions ``os.system`` is never a finding.
 Scope is deliberately ignored (one alias table for the whole file): a binding inside a
 function is visible everywhere. To keep that erring toward findings, builtins are never
 shadowed (``def f(): exec = 1`` cannot hide a module-level ``exec``) and an alias of
-something a rule cares about survives a later rebinding to plain data.
+something a rule cares about survives a later rebinding to plain data. The one place that
+needs scopes, the allow-list's builtins (``def launch(input, out)``), asks
+:mod:`grader.scan.scopes`, which only trusts function locals.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from grader.scan.handlers import (
     Pieces,
 )
 from grader.scan.matchers import Compiled, Hit
+from grader.scan.scopes import shadowed_loads
 
 
 class Walker:
@@ -44,6 +47,14 @@ class Walker:
         self.seen: set[tuple[str, int]] = set()
         self.jit_defs: dict[str, int] = {}
         self.launched: set[str] = set()
+        # id()s of nodes: callees of a call, values of a plain alias assignment, .format
+        # attributes already judged with their call. The tree outlives the walk.
+        self.callees: set[int] = set()
+        self.alias_values: set[int] = set()
+        self.format_calls: set[int] = set()
+        self.dunder_strings = compiled.checks.get("dunder-string")
+        self.tree: ast.Module | None = None
+        self._shadowed: set[int] | None = None
 
     # -- findings -----------------------------------------------------------------------
     def report(self, hit: Hit, line: int, col: int = 0, message: str | None = None) -> None:
@@ -59,6 +70,32 @@ class Walker:
     def report_all(self, hits: tuple[Hit, ...] | list[Hit], node: ast.AST) -> None:
         for hit in hits:
             self.report(hit, getattr(node, "lineno", 1), getattr(node, "col_offset", 0))
+
+    def allowlisted(self, q: str, node: ast.Name | ast.Attribute, builtin: bool | None = None) -> None:
+        """Report ``q`` (the whole dotted name at ``node``) unless the allow-list has it."""
+        allow = self.c.allow
+        assert allow is not None
+        if builtin is None:
+            builtin = q.split(".", 1)[0] in BUILTIN_NAMES
+        denial = allow.check(q, builtin)
+        if denial is None:
+            if builtin or not allow.is_module(q) or id(node) in self.alias_values \
+                    or isinstance(node.ctx, ast.Del):
+                return
+            denial = allow.value_denial(q)
+        elif builtin and self.is_local(node):
+            return
+        self.report(Hit(denial.rule, "deny", denial.message), node.lineno, node.col_offset)
+
+    def is_local(self, node: ast.AST) -> bool:
+        """The root name of a dotted name is a function's own local (so not a builtin)."""
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        if not isinstance(node, ast.Name) or self.tree is None:
+            return False
+        if self._shadowed is None:
+            self._shadowed = shadowed_loads(self.tree, BUILTIN_NAMES)
+        return id(node) in self._shadowed
 
     # -- name resolution ----------------------------------------------------------------
     def qual(self, node: ast.AST) -> str | None:
@@ -101,6 +138,7 @@ class Walker:
 
     # -- the walk -----------------------------------------------------------------------
     def run(self, tree: ast.Module) -> list[Finding]:
+        self.tree = tree
         # Module-level imports first: a function body may use a name imported below it.
         # Imports inside functions are bound in order during the walk.
         top: list[ast.stmt] = list(tree.body)
@@ -177,10 +215,11 @@ class Walker:
         """An alias of something a rule cares about survives rebinding to plain data.
 
         Without scopes, ``def g(): f = 1`` would otherwise erase ``f = getattr`` at module
-        level and hide every later ``f(torch, name)``.
+        level and hide every later ``f(torch, name)``; under an allow-list, ``t = 1`` would
+        erase ``t = torch`` and hide ``t.os``.
         """
         return (bool(self.c.refs(q)) or q in GETATTR or q in ATTR_SETTERS or q in IMPORTERS
-                or q in self.c.native_calls)
+                or q in self.c.native_calls or (self.c.allow is not None and self.c.allow.is_module(q)))
 
     def _alias(self, name: str, target: str) -> None:
         if name not in BUILTIN_NAMES:  # never shadow a builtin (no scopes; err toward findings)

@@ -6,7 +6,8 @@ import triton
 import triton.language as tl
 
 BANNER = "eval(expression) and os.system('ls') are not used here"
-SNIPPETS = ["import subprocess", "__import__('os')", "open('/proc/1/environ')", "exec(code)"]
+SNIPPETS = ["import subprocess", "importlib.import_module('os')", "open('/proc/1/environ')",
+            "exec(code)"]
 HELP = """
 Usage: the harness calls launch(x, out); it never calls exec( or compile( on anything.
 """

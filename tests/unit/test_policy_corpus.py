@@ -15,6 +15,10 @@ from grader.scan.corpus import run_corpus
 TESTS = Path(__file__).resolve().parent.parent
 ATTACKS = TESTS / "attacks"
 LEGIT = TESTS / "legit"
+# Legit for `default` (and cuda-inline, which extends it) but outside the kernel-only
+# allow-lists: sys facts, warnings, dunder names in string data.
+LEGIT_DEFAULT = LEGIT / "default"
+ALLOWLIST_POLICIES = ["triton-only", "strict"]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,7 @@ def test_shipped_policies_are_the_four_documented_ones() -> None:
     assert {"default", "triton-only", "cuda-inline", "strict"} <= set(list_policies())
 
 
-@pytest.mark.parametrize("policy", ["default", "strict"])
+@pytest.mark.parametrize("policy", ["default", "triton-only", "strict"])
 def test_every_attack_family_is_denied_by_its_rule(cli: click.Group, policy: str) -> None:
     _policy_test(cli, policy, ATTACKS)
 
@@ -55,6 +59,25 @@ def test_native_source_attacks_are_denied_by_cuda_inline(cli: click.Group) -> No
 @pytest.mark.parametrize("policy", list_policies())
 def test_every_legit_kernel_is_allowed_by_every_shipped_policy(cli: click.Group, policy: str) -> None:
     _policy_test(cli, policy, LEGIT)
+
+
+@pytest.mark.parametrize("policy", ["default", "cuda-inline"])
+def test_default_only_legit_files_are_allowed_outside_the_allow_lists(cli: click.Group,
+                                                                      policy: str) -> None:
+    _policy_test(cli, policy, LEGIT_DEFAULT)
+
+
+@pytest.mark.parametrize("policy", ALLOWLIST_POLICIES)
+def test_default_only_legit_files_are_denied_by_the_allow_lists(policy: str) -> None:
+    cases = run_corpus(load_policy(policy), LEGIT_DEFAULT)
+    assert len(cases) >= 2
+    assert all(c.got == "deny" for c in cases), [c.file for c in cases if c.got != "deny"]
+
+
+def test_catch_all_around_a_launch_is_denied_by_triton_only() -> None:
+    (case,) = [c for c in run_corpus(load_policy("triton-only"), ATTACKS / "strict")
+               if c.file == "try_except_fallback.py"]
+    assert case.got == "deny" and "broad-except-fallback" in case.rules
 
 
 def test_benign_load_inline_kernel_is_allowed_by_cuda_inline(cli: click.Group) -> None:

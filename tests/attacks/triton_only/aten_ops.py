@@ -1,4 +1,4 @@
-# expect: deny torch-compute-op
+# expect: deny name-not-allowed
 """Calls the aten op directly."""
 
 import torch

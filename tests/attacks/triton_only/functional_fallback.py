@@ -1,4 +1,4 @@
-# expect: deny torch-compute-op
+# expect: deny name-not-allowed
 """Uses F.softmax instead of a kernel."""
 
 import torch.nn.functional as F

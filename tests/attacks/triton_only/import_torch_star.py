@@ -1,4 +1,4 @@
-# expect: deny torch-compute-op
+# expect: deny name-not-allowed
 """Star import from torch hides which ops are used."""
 
 from torch import *

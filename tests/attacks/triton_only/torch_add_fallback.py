@@ -1,4 +1,4 @@
-# expect: deny torch-compute-op
+# expect: deny name-not-allowed
 """Launches the kernel, then overwrites the answer with torch.add."""
 
 import torch
