@@ -15,7 +15,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from grader.cli_scan import register
+from grader.cli.scan import register
 from grader.errors import PolicyError
 from grader.scan import Policy, ScanResult, load_policy, read_candidate, scan_source
 from grader.scan.formats import walking_fields
