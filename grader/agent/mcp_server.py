@@ -61,9 +61,11 @@ def build_server(workspace: str | Path) -> Any:
                           outcome: str | None = None, dims: list[str] | None = None,
                           hardware: str | None = None, limit: int = 5,
                           include_source: bool = False) -> dict[str, Any]:
-        # Only the arguments given reach the tool, which validates them like the CLI does.
-        given = {k: v for k, v in locals().items() if v is not None}
-        return kt.call_tool(ws, "search_experience", given)
+        args = {"text": text, "task": task, "tag": tag, "stage": stage, "code": code,
+                "outcome": outcome, "dims": dims, "hardware": hardware, "limit": limit,
+                "include_source": include_source}
+        # The tool validates the values; a bad one is an ok: false result, as for a candidate.
+        return kt.search_experience(ws, **{k: v for k, v in args.items() if v is not None})
 
     # Sync functions: the SDK runs them in a worker thread, so a long evaluation does not
     # block the protocol loop; the workspace lock in grader.agent.tools serialises them.

@@ -49,7 +49,8 @@ def _num(v: Any) -> str:
 
 
 def _pct(v: float) -> str:
-    return f"{v * 100:.1f}%" if abs(v) < 10 else f"{v * 100:.0f}%"
+    pct = v * 100
+    return f"{pct:.0f}%" if abs(pct) >= 100 else f"{pct:.3g}%"
 
 
 def _first_message(a: Attempt, limit: int = 160) -> str:

@@ -57,11 +57,26 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     env = {**os.environ, "KGRADER_EXPERIENCE": str(db), "PYTHONPATH": str(ROOT),
            "KGRADER_HARDWARE": str(root / "hardware.json")}
     records = root / "records"
+    for _ in range(3):
+        # On a loaded 2-core host the judge may rightly flag a timing of the good candidate
+        # (work_escaped_timing); that evaluation would be stored too, so start afresh.
+        shutil.rmtree(records, ignore_errors=True)
+        for leftover in root.glob("experience.sqlite*"):
+            leftover.unlink()
+        if _grade_three(records, env):
+            return Graded(root, db, records, env)
+    pytest.fail("the good candidate's timing was flagged three times: the host is too busy")
+
+
+def _grade_three(records: Path, env: dict[str, str]) -> bool:
     for cand, rc in (("good", 0), ("wrong", 1), ("no_mask", 1)):
         p = kgrader("run", SOFTMAX, CANDS / f"{cand}.py", "--backend", "bwrap", "--device", "cpu",
                     "--json", "--records", records, env=env)
+        if cand == "good" and p.returncode == 1 and \
+                [e["code"] for e in json.loads(p.stdout)["errors"]] == ["work_escaped_timing"]:
+            return False
         assert p.returncode == rc, p.stderr
-    return Graded(root, db, records, env)
+    return True
 
 
 def test_failed_correctness_on_this_hardware_comes_from_the_real_records(graded: Graded) -> None:
@@ -151,22 +166,28 @@ def test_agent_tool_searches_without_revealing_hidden_shapes(graded: Graded) -> 
     ws = graded.root / "ws"
     ok_json("workspace", "init", ws, "--task", SOFTMAX, "--backend", "bwrap", "--device", "cpu",
             env=graded.env)
-    p = kgrader("bench", "--workspace", ws, CANDS / "good.py", env=graded.env)
+    for _ in range(3):  # a flagged timing on a busy host is stored as a failed benchmark
+        p = kgrader("bench", "--workspace", ws, CANDS / "good.py", env=graded.env)
+        if p.returncode == 0:
+            break
+        assert [e["code"] for e in json.loads(p.stdout)["errors"]] == ["work_escaped_timing"], p.stdout
     assert p.returncode == 0, p.stderr  # a tool evaluation reaches the store too
     schema = {t["function"]["name"]: t for t in
               ok_json("tools", "schema", env=graded.env)}["search_experience"]
     assert "dims" in schema["function"]["parameters"]["properties"]
 
     out = ok_json("tool", "search_experience", "--workspace", ws, "--args",
-                  json.dumps({"tag": "softmax", "outcome": "failed"}), env=graded.env)
+                  json.dumps({"tag": "softmax", "outcome": "failed", "stage": "correctness"}),
+                  env=graded.env)
     assert out["ok"] and out["count"] == 2
     for r in out["results"]:
         assert r["lesson"].startswith("failed correctness")
         assert all(s["kind"] != "hidden" for s in r["shapes"])
     # N=1000 is only a hidden shape of softmax: the operator's query finds it, the agent's cannot
-    assert ok_json("experience", "query", "--dim", "N>=1000", "--json", env=graded.env)["count"] >= 3
+    assert ok_json("experience", "query", "--dim", "N>=1000", "--stage", "correctness", "--json",
+                   env=graded.env)["count"] == 2
     probe = ok_json("tool", "search_experience", "--workspace", ws, "--args",
-                    json.dumps({"dims": ["N>=1000"]}), env=graded.env)
+                    json.dumps({"dims": ["N>=1000"], "stage": "correctness"}), env=graded.env)
     assert probe["count"] == 0
 
     best = ok_json("tool", "search_experience", "--workspace", ws, "--args",
@@ -182,3 +203,28 @@ def test_agent_tool_searches_without_revealing_hidden_shapes(graded: Graded) -> 
         p = kgrader("tool", "search_experience", "--workspace", ws, "--args", json.dumps(bad),
                     env=graded.env)
         assert p.returncode == 2 and p.stderr.startswith("error: ") and "Traceback" not in p.stderr, bad
+
+
+def test_mcp_client_gets_the_same_search(graded: Graded) -> None:
+    import anyio
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    ws = graded.root / "ws-mcp"
+    ok_json("workspace", "init", ws, "--task", SOFTMAX, "--backend", "bwrap", "--device", "cpu",
+            env=graded.env)
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "grader.cli", "mcp", "--workspace", str(ws)],
+                                   env=graded.env, cwd=str(ROOT))
+
+    async def session() -> tuple[Any, Any]:
+        async with Client(params, read_timeout_seconds=120) as client:
+            good = await client.call_tool("search_experience", {"tag": "softmax", "stage": "correctness",
+                                                                "outcome": "failed", "text": "mismatch"})
+            bad = await client.call_tool("search_experience", {"dims": ["N>>1"]})
+            return good.structured_content, bad.structured_content
+
+    good, bad = anyio.run(session)
+    assert good["ok"] and good["count"] == 2 and good["text_search"] in ("fts5", "like")
+    assert all(r["lesson"].startswith("failed correctness") for r in good["results"])
+    assert bad["ok"] is False and bad["errors"][0]["code"] == "bad_dim_filter"
