@@ -164,6 +164,10 @@ def connect(path: Path, *, create: bool, use_fts: bool | None = None) -> Opened:
                                    "`kgrader experience add RECORDS_DIR`; or pass --db PATH")
     have_fts = fts5_available()
     fts = have_fts if use_fts is None else (use_fts and have_fts)
+    if create and not have_fts and not path.exists():
+        log.warning("experience_fts5_unavailable", path=str(path),
+                    detail="this Python's SQLite has no FTS5 module: the new store has no "
+                           "text index and text search uses LIKE")
     if create:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
