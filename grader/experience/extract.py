@@ -41,8 +41,6 @@ __all__ = [
     "task_facts",
 ]
 
-_STDERR_TAIL_BYTES = 2048
-
 
 class TaskFacts:
     """What the store keeps about a task: name, tags, dtypes, shapes, acceptance threshold."""
@@ -148,13 +146,10 @@ def _diagnostics(report: Report, extra: str) -> str:
         lines.append(f"{t.flagged_samples} timing samples flagged (work escaped the timed stream)")
     if report.acceptance is not None:
         lines.append(f"acceptance: {report.acceptance.reason}")
-    sb = report.sandbox
-    if sb is not None:
-        if sb.limit_fired:
-            lines.append(f"sandbox limit fired: {sb.limit_fired}")
-        tail = sb.stderr_tail.encode("utf-8", "replace")[-_STDERR_TAIL_BYTES:]
-        if tail.strip():
-            lines.append("stderr tail: " + tail.decode("utf-8", "ignore"))
+    # The sandbox's stdout/stderr stay out: a candidate can print what it saw there (the
+    # hidden shapes), and agents search this text.
+    if report.sandbox is not None and report.sandbox.limit_fired:
+        lines.append(f"sandbox limit fired: {report.sandbox.limit_fired}")
     return "\n".join(lines)
 
 

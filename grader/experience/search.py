@@ -123,7 +123,7 @@ def hit_json(hit: Hit, *, include_source: bool = False, shape_kinds: tuple[str, 
         "median_ms": a.median_ms, "mean_ms": a.mean_ms, "min_ms": a.min_ms,
         "bandwidth_gbps": a.bandwidth_gbps, "tflops": a.tflops, "speedup": a.speedup,
         "improvement_fraction": a.improvement_fraction, "roofline_fraction": a.roofline_fraction,
-        "bottleneck": a.bottleneck, "dtypes": list(a.dtypes),
+        "bottleneck": a.bottleneck, "diagnostics": a.diagnostics, "dtypes": list(a.dtypes),
         "shapes": [{"kind": s.kind, "dims": s.dims} for s in a.shapes
                    if shape_kinds is None or s.kind in shape_kinds],
         "hardware": a.hardware, "candidate_sha256": a.candidate_sha256,

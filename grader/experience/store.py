@@ -22,7 +22,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from grader.experience.model import Attempt, ErrorItem, ExperienceError, Shape
+from grader.experience.model import (
+    MAX_DIAGNOSTICS_BYTES,
+    Attempt,
+    ErrorItem,
+    ExperienceError,
+    Shape,
+    cap_text,
+)
 from grader.experience.query import Query, build_select
 from grader.experience.schema import SCHEMA_VERSION, connect, transaction
 
@@ -108,11 +115,14 @@ class ExperienceStore:
         self.close()
 
     # --- writing ----------------------------------------------------------------------
-    def add(self, attempt: Attempt) -> bool:
-        """Store one attempt (capped first); False when its key is already stored."""
+    def _check_writable(self) -> None:
         if self.text_index == "fts5" and not self.fts:
             raise ExperienceError(f"{self.path} has an FTS5 text index, but this Python's SQLite "
                                   "has no FTS5 module: it cannot be written from here")
+
+    def add(self, attempt: Attempt) -> bool:
+        """Store one attempt (capped first); False when its key is already stored."""
+        self._check_writable()
         a = attempt.capped()
         row = {
             "key": a.key, "created_at": a.created_at, "stored_at": _now(), "origin": a.origin,
@@ -148,6 +158,22 @@ class ExperienceStore:
                 self.conn.execute("INSERT INTO attempts_fts (rowid, messages, diagnostics, source) "
                                   "VALUES (?, ?, ?, ?)",
                                   (aid, row["messages"], a.diagnostics, a.source or ""))
+        return True
+
+    def add_diagnostics(self, key: str, text: str) -> bool:
+        """Append ``text`` to a stored attempt's diagnostics (e.g. a later profiler run).
+
+        The result is capped like any stored diagnostics; False when no attempt has ``key``.
+        """
+        self._check_writable()
+        with _db_errors(self.path), transaction(self.conn):
+            row = self.conn.execute("SELECT id, diagnostics FROM attempts WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                return False
+            merged = cap_text("\n".join(t for t in (row[1], text) if t), MAX_DIAGNOSTICS_BYTES)[0]
+            self.conn.execute("UPDATE attempts SET diagnostics = ? WHERE id = ?", (merged, row[0]))
+            if self.fts:
+                self.conn.execute("UPDATE attempts_fts SET diagnostics = ? WHERE rowid = ?", (merged, row[0]))
         return True
 
     # --- reading ----------------------------------------------------------------------

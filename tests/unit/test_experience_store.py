@@ -129,6 +129,27 @@ def test_task_without_tags_falls_back_to_its_name(tmp_path: Path) -> None:
     assert attempt_from_report(wrong_report(), origin="run", task=None, source=None).tags == ("softmax",)
 
 
+def test_diagnostics_can_be_added_later_and_are_searchable(tmp_path: Path) -> None:
+    a = _attempt(good_report())
+    with ExperienceStore.open(tmp_path / "x.sqlite") as store:
+        store.add(a)
+        assert store.query(Query(text="occupancy")) == []
+        assert store.add_diagnostics(a.key, "low occupancy: 12 registers spilled")
+        assert not store.add_diagnostics("no-such-key", "x")
+        (hit,) = store.query(Query(text="occupancy"))
+    assert hit.attempt.diagnostics.endswith("low occupancy: 12 registers spilled")
+
+
+def test_sandbox_output_is_not_kept_so_it_cannot_leak_hidden_shapes(tmp_path: Path) -> None:
+    # A candidate can print the shapes it was launched on; agents search the stored text.
+    sb = SandboxInfo.model_validate({"backend": "bwrap", "limits": {}, "stderr_tail": "saw N=1000 zebra"})
+    a = _attempt(wrong_report().model_copy(update={"sandbox": sb}))
+    assert "zebra" not in a.diagnostics and "zebra" not in str(a.figures)
+    with ExperienceStore.open(tmp_path / "x.sqlite") as store:
+        store.add(a)
+        assert store.query(Query(text="zebra")) == []
+
+
 # --- files that are not (our) stores --------------------------------------------------
 
 
