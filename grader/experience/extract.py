@@ -230,15 +230,16 @@ def attempt_from_leaderboard(row: Any, *, source: str | None, task: TaskSpec | M
     """The attempt for one leaderboard :class:`~grader.leaderboard.state.EvalRow`.
 
     The leaderboard times every submission against the task's reference, so its
-    acceptance outcome is no decision about a best: ``accepted`` stays ``None`` and the
-    speed-up is the row's (over the reference).
+    acceptance outcome is no decision about a best: ``accepted`` stays ``None``, the
+    speed-up is the row's (over the reference), and ``ok`` is the leaderboard's verdict
+    (a correct submission slower than the reference still passed).
     """
     ref = f"leaderboard {row.submission} ({row.round})"
     report = parse_report(row.report_json) if row.report_json else None
     if report is not None:
         a = attempt_from_report(report, origin="leaderboard", task=task, source=source,
                                 origin_ref=ref, host_cpu_model=host_cpu_model, speedup=row.speedup)
-        return replace(a, accepted=None)
+        return replace(a, accepted=None, ok=row.verdict == "ok")
     facts = task_facts(task, row.task)
     key = hashlib.sha256("\0".join(("leaderboard", *row.key)).encode()).hexdigest()
     errors = (ErrorItem(row.stage or "scan", row.code or "failed", row.message),) if row.code else ()

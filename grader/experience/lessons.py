@@ -156,7 +156,8 @@ def _passed(a: Attempt) -> str | None:
         return f"passed at {a.roofline_fraction:.2f} of the {roof} (median {_num(a.median_ms)} ms)"
     if a.median_ms is not None:
         bw = f", {_num(a.bandwidth_gbps)} GB/s" if a.bandwidth_gbps else ""
-        speed = f", {a.speedup:.3g}x the current" if a.speedup else ""
+        vs = "the reference" if a.origin == "leaderboard" else "the current best"
+        speed = f", {a.speedup:.3g}x {vs}" if a.speedup else ""
         return f"passed: median {_num(a.median_ms)} ms{bw}{speed}"
     if a.stage == "compile":
         return "compiled and launched once; correctness and speed not checked yet"

@@ -313,6 +313,23 @@ def test_leaderboard_state_import_and_hook_store_the_same_attempt_once(tmp_path:
     assert a.tags == ("reduction", "softmax") and "alice" in (a.origin_ref or "")
 
 
+def test_leaderboard_attempt_slower_than_the_reference_still_passed() -> None:
+    from grader.experience.extract import attempt_from_leaderboard
+    from grader.experience.lessons import lesson
+    from grader.leaderboard.state import EvalRow
+    from grader.report.model import AcceptanceResult
+
+    acc = AcceptanceResult(accepted=False, rule="seed", improvement_fraction=-1.0, pairs=3,
+                           positive_fraction=0.0, reason="slower")
+    report = good_report(2.0).model_copy(update={"ok": False, "stage": "accept", "acceptance": acc})
+    row = EvalRow(submission="bob", task="softmax", file_sha="e" * 64, round="main", verdict="ok",
+                  stage="accept", code=None, message="correct", speedup=0.5, speedup_source="pairs",
+                  t_sub_ms=2.0, report_json=report.model_dump_json(), wall_s=1.0, engine="local")
+    a = attempt_from_leaderboard(row, source=None, task=None)
+    assert a.ok and a.accepted is None and a.speedup == 0.5
+    assert lesson(a) == "passed: median 2 ms, 2 GB/s, 0.5x the reference"
+
+
 def test_hook_never_raises_and_leaves_the_grade_alone(tmp_path: Path) -> None:
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"garbage" * 100)
