@@ -55,7 +55,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import filelock
 from pydantic import BaseModel, ValidationError
@@ -364,7 +364,21 @@ class Records:
         _fsync_dir(evals)
         return final
 
-    def finish(self, eval_dir: str | Path, report: Report, accepted: bool | None) -> TrajectoryEntry | None:
+    def finish(self, eval_dir: str | Path, report: Report, accepted: bool | None, *,
+               origin: Literal["run", "tool"] = "run") -> TrajectoryEntry | None:
+        """:meth:`_finish`, then the evaluation goes to the experience store (never raises).
+
+        ``origin`` names who graded it (``kgrader run --records`` or an agent tool).
+        """
+        entry = self._finish(eval_dir, report, accepted)
+        # Imported after the commit point, so the import's time never delays the decision.
+        from grader.experience.hooks import remember_records_folder
+
+        remember_records_folder(Path(eval_dir), report, entry.accepted if entry else None,
+                                origin=origin)
+        return entry
+
+    def _finish(self, eval_dir: str | Path, report: Report, accepted: bool | None) -> TrajectoryEntry | None:
         """Write report.json; for a decision, log it and (if accepted) install best.py.
 
         ``accepted=None`` means "decide from the report": ``report.acceptance.accepted``

@@ -136,6 +136,9 @@ class TaskSpec(_Frozen):
 
     name: Identifier
     description: str = ""
+    tags: list[Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.\-]*$", max_length=64)]] = Field(
+        default_factory=list, max_length=16,
+        description="Op family, e.g. ['reduction', 'softmax']; empty: the task name stands in.")
     entrypoint: Identifier = "launch"
     tensors: list[TensorSpec] = Field(min_length=1)
     shapes: Shapes

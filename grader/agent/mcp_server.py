@@ -1,9 +1,10 @@
-"""MCP server over stdio exposing the five agent tools for one workspace.
+"""MCP server over stdio exposing the agent tools for one workspace.
 
 ``kgrader mcp --workspace DIR`` serves ``compile_kernel``, ``bench_kernel``,
-``profile_kernel``, ``measure_peak`` and ``accept_candidate`` (see :mod:`grader.agent.tools`)
-through the ``mcp`` package (v2: :class:`mcp.server.mcpserver.MCPServer`). The workspace
-is fixed when the server starts, so a client can send only kernel source. Each tool's
+``profile_kernel``, ``measure_peak``, ``accept_candidate`` and ``search_experience`` (see
+:mod:`grader.agent.tools`) through the ``mcp`` package (v2:
+:class:`mcp.server.mcpserver.MCPServer`). The workspace is fixed when the server starts,
+so a client can send only kernel source (and search filters). Each tool's
 result is the tool's dict, as structured content and as JSON text; a candidate's failure
 is a normal result with ``ok: false``, not an MCP error. stdout carries the protocol
 only: logs go to stderr.
@@ -28,7 +29,8 @@ _INSTRUCTIONS = (
     "kgrader grades GPU kernels for one fixed task in a sandbox. Send the complete module "
     "source. compile_kernel checks it builds; bench_kernel checks correctness then times it; "
     "profile_kernel adds a roofline analysis; measure_peak gives the device ceilings; "
-    "accept_candidate makes it the new best when it is measurably faster than the current best."
+    "accept_candidate makes it the new best when it is measurably faster than the current best; "
+    "search_experience returns past attempts with one-line lessons."
 )
 
 
@@ -54,9 +56,21 @@ def build_server(workspace: str | Path) -> Any:
     def accept_candidate(source: Source) -> dict[str, Any]:
         return kt.accept_candidate(ws, source)
 
+    def search_experience(text: str | None = None, task: str | None = None, tag: str | None = None,
+                          stage: str | None = None, code: str | None = None,
+                          outcome: str | None = None, dims: list[str] | None = None,
+                          hardware: str | None = None, limit: int = 5,
+                          include_source: bool = False) -> dict[str, Any]:
+        args = {"text": text, "task": task, "tag": tag, "stage": stage, "code": code,
+                "outcome": outcome, "dims": dims, "hardware": hardware, "limit": limit,
+                "include_source": include_source}
+        # The tool validates the values; a bad one is an ok: false result, as for a candidate.
+        return kt.search_experience(ws, **{k: v for k, v in args.items() if v is not None})
+
     # Sync functions: the SDK runs them in a worker thread, so a long evaluation does not
     # block the protocol loop; the workspace lock in grader.agent.tools serialises them.
-    for fn in (compile_kernel, bench_kernel, profile_kernel, measure_peak, accept_candidate):
+    for fn in (compile_kernel, bench_kernel, profile_kernel, measure_peak, accept_candidate,
+               search_experience):
         server.add_tool(fn, name=fn.__name__, description=kt.tool_description(fn.__name__))
     return server
 

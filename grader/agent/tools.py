@@ -57,6 +57,13 @@ from grader.agent.workspace import (
 )
 from grader.errors import CandidateFileError, KgraderError, UsageError
 from grader.evaluate import EvalRequest, Source, StageName, evaluate
+from grader.experience.hooks import remember_tool
+from grader.experience.search import (
+    SEARCH_DESCRIPTION,
+    SEARCH_SCHEMA,
+    check_search_args,
+    search_for_task,
+)
 from grader.report.model import Report
 from grader.scan import check_source
 from grader.task import load_task
@@ -73,6 +80,7 @@ __all__ = [
     "init_workspace",
     "measure_peak",
     "profile_kernel",
+    "search_experience",
     "tool_schemas",
 ]
 
@@ -176,6 +184,7 @@ def compile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
     """Scan, import and launch once on the first tune shape; no correctness, no timing."""
     def body(ws: Workspace) -> dict[str, Any]:
         report = _evaluate(ws, source, ("compile",), ("tune",))
+        remember_tool(ws.spec, report, source, "compile_kernel")
         return {**_base("compile_kernel", report),
                 "compiled": report.ok and report.stage == "compile"}
     return _logged("compile_kernel", workspace, {"source": source}, body)
@@ -185,6 +194,7 @@ def bench_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, An
     """Compile, re-check correctness on tune and hidden shapes, then time (the task's protocol)."""
     def body(ws: Workspace) -> dict[str, Any]:
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"))
+        remember_tool(ws.spec, report, source, "bench_kernel")
         return {**_base("bench_kernel", report), **_timing_fields(report)}
     return _logged("bench_kernel", workspace, {"source": source}, body)
 
@@ -232,6 +242,7 @@ def profile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
         out = {**_base("profile_kernel", report), **_timing_fields(report)}
         extra = _profile_fields(ws, report)
         prof: dict[str, Any] = extra["profile"]
+        remember_tool(ws.spec, report, source, "profile_kernel", prof)
         out["warnings"] += extra["profile_warnings"]
         unmeasured = {**out["unmeasured"], **prof.pop("unmeasured")}
         # The timing's own effective bandwidth / tflops keep their names; the profile's
@@ -276,7 +287,7 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
             accepted = bool(acc is not None and acc.accepted and report.ok)
         folder = rec.new_evaluation(ws.task_dir, source, best)
         # An infrastructure fault is no decision about the candidate: no trajectory line.
-        rec.finish(folder, report, None if infra else accepted)
+        rec.finish(folder, report, None if infra else accepted, origin="tool")
         out = {**_base("accept_candidate", report), **_timing_fields(report)}
         out.update(ok=accepted, accepted=accepted, baseline="none" if best is None else "best",
                    improvementFraction=acc.improvement_fraction if acc else None,
@@ -295,6 +306,21 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
                  for k, v in acc.unmeasured.items()})
         return out
     return _logged("accept_candidate", workspace, {"source": source}, body)
+
+
+def search_experience(workspace: str | Path | Workspace, **args: Any) -> dict[str, Any]:
+    """Past attempts from the experience store, best first, each with a one-line lesson.
+
+    Read-only: it does not take the workspace lock (a search need not wait for a timing
+    run), but the call is logged like every other tool call.
+    """
+    ws = _ws(workspace)
+    try:
+        result = search_for_task(ws.spec, ws.config.backend, ws.config.device, args)
+    except KgraderError as e:
+        result = _fault("search_experience", e)
+    ws.records.log_tool_call("search_experience", args, result)
+    return result
 
 
 def _accept_reason(best: str | None, report: Report) -> str:
@@ -327,12 +353,14 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "accept_candidate": ("Compare the kernel with the current best in a paired, interleaved run; "
                          "when it is faster (or is the first correct kernel) it becomes the new best. "
                          "Returns accepted and improvementFraction.", _SOURCE),
+    "search_experience": (SEARCH_DESCRIPTION, SEARCH_SCHEMA),
 }
 TOOL_NAMES: tuple[str, ...] = tuple(_SPECS)
 
 _FUNCS: dict[str, Callable[..., dict[str, Any]]] = {
     "compile_kernel": compile_kernel, "bench_kernel": bench_kernel, "profile_kernel": profile_kernel,
     "measure_peak": measure_peak, "accept_candidate": accept_candidate,
+    "search_experience": search_experience,
 }
 
 
@@ -363,6 +391,8 @@ def check_args(name: str, args: Any) -> dict[str, Any]:
             raise UsageError(f"{name} needs argument {req!r}")
     if "source" in args and not isinstance(args["source"], str):
         raise UsageError(f"{name}: 'source' must be a string")
+    if name == "search_experience":
+        check_search_args(args)
     return args
 
 

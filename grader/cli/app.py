@@ -98,12 +98,13 @@ def schema() -> None:
 
 def _register_all() -> None:
     from grader.cli import docker as cli_docker
+    from grader.cli import experience as cli_experience
     from grader.cli import leaderboard as cli_leaderboard
     from grader.cli import records as cli_records
     from grader.cli import scan as cli_scan
     from grader.cli import tools as cli_tools
 
-    for mod in (cli_scan, cli_records, cli_docker, cli_tools, cli_leaderboard):
+    for mod in (cli_scan, cli_records, cli_docker, cli_tools, cli_leaderboard, cli_experience):
         mod.register(main)
 
 

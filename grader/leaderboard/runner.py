@@ -122,6 +122,10 @@ class Batch:
                     name=r.task, spec_sha=job.task.spec_sha, reference_ok=r.verdict == "ok",
                     code=r.code, message=r.message, report_json=r.report_json))
             self.state.record_evaluation(out.row, replace=job.round == "reference")
+            # The experience store keeps every finished job too (never raises).
+            from grader.experience.hooks import remember_leaderboard
+
+            remember_leaderboard(job, out.row, local=self.engine.name == "local")
             self.summary.evaluated += 1
             log.info("evaluation_committed", submission=job.submission, task=job.task.name,
                      round=job.round, verdict=out.row.verdict, code=out.row.code,
