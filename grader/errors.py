@@ -8,7 +8,7 @@ Two families, kept apart as isolate keeps ``XX`` apart from ``RE``/``TO``:
   bubblewrap, no image, dockerd gone). CLI exit code 2, report stage ``sandbox``.
 
 A candidate's own failures are never exceptions on the host: they are values in the
-report (:class:`grader.report.model.StageError`).
+report (:class:`grader.report.model.ReportError`).
 """
 
 from __future__ import annotations

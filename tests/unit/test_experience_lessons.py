@@ -13,8 +13,8 @@ from grader.report.model import (
     BadElement,
     CorrectnessResult,
     Report,
+    ReportError,
     RuleOutcome,
-    StageError,
     TimingStats,
 )
 
@@ -26,12 +26,12 @@ def _lesson(report: Report, **kw: Any) -> str:
 def _timing(median: float = 2.0, floor: float | None = None) -> TimingStats:
     return TimingStats(samples=5, mean_ms=median, median_ms=median, p95_ms=median, std_ms=0.0,
                        min_ms=median, cv=0.0, bandwidth_gbps=100.0, device="cuda",
-                       clock="cuda_event", cache="cold", roofline_floor_ms=floor)
+                       clock="cuda_event", mode="events", cache="cold", roofline_floor_ms=floor)
 
 
 def _failed_correctness(code: str, bad: BadElement, frac: float) -> Report:
     return Report(ok=False, stage="correctness", task="vector_add",
-                  errors=[StageError(stage="correctness", code=code, message="see detail")],
+                  errors=[ReportError(origin="candidate", stage="correctness", code=code, message="see detail")],
                   correctness=CorrectnessResult(passed=False, checks=1, mismatch_fraction=frac,
                                                 first_bad=bad))
 
@@ -73,28 +73,26 @@ def test_a_few_wrong_elements_point_at_indexing() -> None:
 
 
 def test_compile_error_gives_code_line_and_first_message_line() -> None:
-    r = Report(ok=False, stage="compile", errors=[StageError(
-        stage="compile", code="import", message="NameError: name 'tl' is not defined\nTraceback...", line=10)])
+    r = Report(ok=False, stage="compile", errors=[ReportError(origin="candidate", stage="compile", code="import", message="NameError: name 'tl' is not defined\nTraceback...", line=10)])
     assert _lesson(r) == "failed compile (import) at line 10: NameError: name 'tl' is not defined"
 
 
 def test_scan_denial_names_the_rule_and_line() -> None:
-    r = Report(ok=False, stage="scan", errors=[StageError(
-        stage="scan", code="no-subprocess", message="subprocess is denied", line=3)])
+    r = Report(ok=False, stage="scan", errors=[ReportError(origin="candidate", stage="scan", code="no-subprocess", message="subprocess is denied", line=3)])
     assert _lesson(r) == "denied by the scan: rule no-subprocess at line 3 — subprocess is denied"
 
 
 def test_limits_get_advice() -> None:
-    r = Report(ok=False, stage="benchmark", errors=[StageError(stage="benchmark", code="timeout",
+    r = Report(ok=False, stage="benchmark", errors=[ReportError(origin="candidate", stage="benchmark", code="timeout",
                                                                 message="stopped")])
     assert _lesson(r).startswith("failed benchmark: ran past the time limit")
-    r = Report(ok=False, stage="compile", errors=[StageError(stage="compile", code="memory_limit",
+    r = Report(ok=False, stage="compile", errors=[ReportError(origin="candidate", stage="compile", code="memory_limit",
                                                               message="stopped")])
     assert "memory limit" in _lesson(r)
 
 
 def test_infrastructure_fault_is_not_the_kernels() -> None:
-    r = Report(ok=False, stage="sandbox", errors=[StageError(stage="sandbox", code="sandbox_unavailable",
+    r = Report(ok=False, stage="sandbox", errors=[ReportError(origin="infrastructure", stage="sandbox", code="sandbox_unavailable",
                                                               message="no bwrap")])
     assert _lesson(r).startswith("infrastructure fault (sandbox_unavailable): not the kernel's fault")
 
@@ -129,7 +127,7 @@ def test_passing_kernel_is_placed_on_the_roofline() -> None:
 
 def test_lessons_are_one_bounded_line_without_control_characters() -> None:
     hostile = "boom\x1b[31m red\n\nsecond line\r\t" + "z" * 5000
-    r = Report(ok=False, stage="compile", errors=[StageError(stage="compile", code="import",
+    r = Report(ok=False, stage="compile", errors=[ReportError(origin="candidate", stage="compile", code="import",
                                                               message=hostile[:3999])])
     text = _lesson(r)
     assert "\n" not in text and "\x1b" not in text and "\r" not in text

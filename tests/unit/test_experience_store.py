@@ -34,8 +34,8 @@ from grader.report.model import (
     BadElement,
     CorrectnessResult,
     Report,
+    ReportError,
     SandboxInfo,
-    StageError,
     TimingStats,
 )
 
@@ -49,7 +49,7 @@ def wrong_report(n: int = 1000, created: str = "2026-01-01T00:00:00+00:00") -> R
                      seed=None, shape_kind="hidden")
     return Report(
         ok=False, stage="correctness", task="softmax", device="cpu: x86_64", environment=ENV,
-        errors=[StageError(stage="correctness", code="output_untouched",
+        errors=[ReportError(origin="candidate", stage="correctness", code="output_untouched",
                            message=f"output 'out' left unwritten at index [0, {n - 1}]")],
         correctness=CorrectnessResult(passed=False, checks=1, mismatch_fraction=0.001, first_bad=bad),
         sandbox=SandboxInfo.model_validate({"backend": "bwrap", "limits": {}}), created_at=created)
@@ -57,7 +57,7 @@ def wrong_report(n: int = 1000, created: str = "2026-01-01T00:00:00+00:00") -> R
 
 def good_report(median: float = 1.0, created: str = "2026-01-02T00:00:00+00:00") -> Report:
     t = TimingStats(samples=5, mean_ms=median, median_ms=median, p95_ms=median, std_ms=0.0,
-                    min_ms=median, cv=0.0, bandwidth_gbps=2.0, device="cpu", clock="perf_counter",
+                    min_ms=median, cv=0.0, bandwidth_gbps=2.0, device="cpu", clock="perf_counter", mode="perf_counter",
                     cache="cold", dims={"M": 64, "N": 256})
     return Report(ok=True, stage="benchmark", task="softmax", device="cpu: x86_64", environment=ENV,
                   correctness=CorrectnessResult(passed=True, checks=3), timing=t,
@@ -84,7 +84,7 @@ def test_cap_text_cuts_on_a_character_boundary_and_marks_the_cut() -> None:
 def test_source_messages_and_error_count_are_capped_when_stored(tmp_path: Path) -> None:
     huge = "x = 1  # " + "y" * (MAX_SOURCE_BYTES * 2)
     # The report allows 4000 characters; in two-byte characters that is twice the byte cap.
-    many = [StageError(stage="compile", code=f"e{i}", message="é" * 3999)
+    many = [ReportError(origin="candidate", stage="compile", code=f"e{i}", message="é" * 3999)
             for i in range(MAX_ERRORS + 10)]
     report = wrong_report().model_copy(update={"errors": many, "warnings": ["w" * 10_000] * 40})
     a = replace(_attempt(report, huge), tags=tuple(f"t{i}" for i in range(40)))
