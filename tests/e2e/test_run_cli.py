@@ -36,7 +36,7 @@ def test_good_candidate_passes_with_timing_and_exit_0() -> None:
     t = r["timing"]
     assert t["median_ms"] > 0 and t["samples"] == 10 and t["clock"] == "perf_counter"
     assert t["bandwidth_gbps"] > 0 and t["checked_calls"] == 10
-    assert r["correctness"]["passed"] and len(r["correctness"]["shapes_checked"]) == 3
+    assert r["correctness"]["passed"] and len(r["correctness"]["shapes_checked"]) == 4
     assert r["sandbox"]["backend"] == "bwrap" and r["sandbox"]["exit_code"] == 0
     assert r["scan"]["policy"] == "triton-only" and not r["scan"]["denied"]
 

@@ -38,7 +38,7 @@ def test_build_error_is_one_line_on_stderr_with_exit_2(monkeypatch: pytest.Monke
     monkeypatch.setattr(images, "connect", no_daemon)
     result = CliRunner().invoke(_cli(), ["image", "build", "--flavor", "cuda"])
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: cannot reach dockerd")
+    assert result.stderr.startswith("infrastructure error: cannot reach dockerd")
     assert "Traceback" not in result.output
 
 
