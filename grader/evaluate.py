@@ -33,6 +33,7 @@ from grader.backends.base import (
     SandboxOutcome,
     SandboxSpec,
 )
+from grader.backends.cleanup import mark_kept, mark_owner
 from grader.backends.select import detect_device, select_backend
 from grader.errors import UsageError
 from grader.limits import Limits
@@ -106,6 +107,7 @@ def make_eval_dirs(parent: Path | None, prefix: str) -> tuple[Path, Path, Path]:
     if parent is not None:
         parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    mark_owner(root)  # lets `kgrader sandbox cleanup` reclaim it if this process is killed
     root.chmod(0o755)
     in_dir, out_dir = root / "in", root / "out"
     in_dir.mkdir(mode=0o755)
@@ -169,6 +171,8 @@ def evaluate(req: EvalRequest) -> Report:
     finally:
         if not req.keep:
             shutil.rmtree(staged.root, ignore_errors=True)
+        else:
+            mark_kept(staged.root)  # kept on purpose: cleanup leaves it
 
 
 def collect(report: Report, spec: TaskSpec, backend: SandboxBackend, outcome: SandboxOutcome,

@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 
 from grader import __version__
+from grader.backends.registry import backend_choices
 from grader.errors import InfrastructureError, KgraderError
 from grader.report.model import Report, report_json_schema
 
@@ -46,7 +47,8 @@ def limit_options(f: Any) -> Any:
                             ("--run-s", float, "Correctness + timing limit, seconds."),
                             ("--memory-mib", int, "Memory (memory+swap) of the sandbox, MiB."),
                             ("--pids", int, "Processes + threads in the sandbox."),
-                            ("--tmpfs-mib", int, "Scratch tmpfs size, MiB.")):
+                            ("--tmpfs-mib", int, "Scratch tmpfs size, MiB."),
+                            ("--tmpfs-inodes", int, "Scratch tmpfs inodes (files + folders).")):
         f = click.option(name, type=typ, default=None, help=text)(f)
     return f
 
@@ -55,7 +57,7 @@ def limit_options(f: Any) -> Any:
 @click.argument("task_dir", type=click.Path(path_type=Path))
 @click.argument("candidate", type=click.Path(path_type=Path))
 @click.option("--current", type=click.Path(path_type=Path), help="Current best: run the acceptance stage.")
-@click.option("--backend", type=click.Choice(["auto", "bwrap", "docker"]), default="auto", show_default=True)
+@click.option("--backend", type=click.Choice(backend_choices()), default="auto", show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--policy", help="Policy name or path (default: the task's).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one report JSON on stdout.")

@@ -20,10 +20,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from grader.backends.registry import backend_choices
 from grader.errors import InfrastructureError, KgraderError
 
 F = TypeVar("F", bound=Callable[..., Any])
-_BACKENDS = click.Choice(["auto", "bwrap", "docker"])
+_BACKENDS = click.Choice(backend_choices())
 _DEVICES = click.Choice(["auto", "cpu", "cuda", "rocm"])
 
 
