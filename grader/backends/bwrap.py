@@ -287,7 +287,7 @@ class BwrapBackend(SandboxBackend):
                           "a fresh tmpfs root"),
             output=f"both streams drained to the end; {lim.output_bytes} bytes kept in total",
             user="uid 0 in the sandbox with CAP_SETUID, CAP_SETGID, CAP_SYS_ADMIN only "
-                 "(effective, permitted, bounding), no_new_privs; no user namespace",
+                 "(every capability set, ambient included), no_new_privs; no user namespace",
             network="new network namespace with only lo (up)",
             seccomp="none applied by the backend",
             gpu=GpuEnforcement(

@@ -155,7 +155,8 @@ def enforcement(spec: SandboxSpec, pids_visible: bool, gpu: GpuSelection) -> Enf
             read_only="read-only container root; /kg/in and the harness read-only binds"),
         output=f"both attach streams drained to the end; {lim.output_bytes} bytes kept in "
                "total; log driver none",
-        user=f"uid 0 in the container with {caps} only (cap_drop=ALL), no-new-privileges",
+        user=f"uid 0 in the container with {caps} only (effective, permitted, bounding; "
+             "cap_drop=ALL), no-new-privileges",
         network="network_mode=none (loopback only)",
         seccomp="docker default profile",
         gpu=GpuEnforcement(
