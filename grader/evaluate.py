@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from grader import __version__
 from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
+from grader.backends.cleanup import mark_kept, mark_owner
 from grader.backends.select import detect_device, select_backend
 from grader.errors import InfrastructureError, UsageError
 from grader.limits import Limits
@@ -110,6 +111,7 @@ def make_eval_dirs(parent: Path | None, prefix: str) -> tuple[Path, Path, Path]:
     if parent is not None:
         parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    mark_owner(root)  # lets `kgrader sandbox cleanup` reclaim it if this process is killed
     root.chmod(0o755)
     in_dir, out_dir = root / "in", root / "out"
     in_dir.mkdir(mode=0o755)
@@ -221,6 +223,8 @@ def evaluate(req: EvalRequest) -> Report:
     finally:
         if not req.keep:
             shutil.rmtree(staged.root, ignore_errors=True)
+        else:
+            mark_kept(staged.root)  # kept on purpose: cleanup leaves it
 
 
 def collect(report: Report, spec: TaskSpec, backend: SandboxBackend, outcome: SandboxOutcome,

@@ -26,8 +26,18 @@ class Limits(BaseModel):
     run_s: float = Field(300.0, gt=0, le=7200, description="Correctness + timing, seconds.")
     memory_mib: int = Field(4096, ge=64, description="Host memory (RSS, memory+swap) of the tree.")
     pids: int = Field(256, ge=16, description="Processes and threads in the sandbox.")
-    tmpfs_mib: int = Field(256, ge=8, description="Size of the writable scratch tmpfs.")
-    output_bytes: int = Field(1 << 20, ge=4096, description="Cap on captured stdout+stderr.")
+    tmpfs_mib: int = Field(
+        256, ge=8, description="Size of each writable scratch tmpfs (/tmp and /dev/shm), MiB."
+    )
+    tmpfs_inodes: int = Field(
+        65536,
+        ge=1024,
+        le=1 << 24,
+        description="Inodes (files + folders) of each scratch tmpfs; bounds a many-empty-files flood.",
+    )
+    output_bytes: int = Field(
+        1 << 20, ge=4096, description="Cap on captured stdout+stderr together; the rest is drained."
+    )
     result_bytes: int = Field(8 << 20, ge=4096, description="Cap on the judge's result file.")
     gpu_memory_mib: int | None = Field(
         None, ge=64, description="Per-process GPU memory cap; None: the device's memory."
@@ -38,6 +48,12 @@ class Limits(BaseModel):
     def wall_s(self) -> float:
         """Outer wall limit of the whole sandbox: both phases plus start-up slack."""
         return self.compile_s + self.run_s + 30.0
+
+    @property
+    def file_size_bytes(self) -> int:
+        """``RLIMIT_FSIZE`` of the sandbox: no single file larger than a scratch tmpfs or
+        than the judge's result file may be (``/kg/out`` lies on the host's disk)."""
+        return max(self.tmpfs_mib << 20, self.result_bytes)
 
     def override(self, **changes: float | int | None) -> Limits:
         """A copy with the non-None values of ``changes`` applied (CLI overrides)."""

@@ -120,7 +120,7 @@ else
 fi
 
 # 5. sandbox image (kgrader/cpu:latest) ---------------------------------------------
-# grader.backends.images skips the build when the image's content-hash label already matches
+# grader.backends.docker.images skips the build when the image's content-hash label already matches
 # (Dockerfile + sandbox/ + wheel set + base image id).
 python3 -c 'import docker, click, structlog' 2>/dev/null ||
     die "the host python needs docker, click and structlog: pip install -e '$REPO'"

@@ -1,28 +1,46 @@
 """The one interface every sandbox backend implements.
 
-A backend runs one command (the trusted judge) inside an isolated environment with this
-fixed layout, whatever the mechanism:
+A backend runs one command (``SandboxSpec.argv``, unchanged: in production
+``python3 -m sandbox.launch``) inside an isolated environment with this fixed layout,
+whatever the mechanism:
 
 =================  ======  =====================================================
 path in sandbox    mode    holds
 =================  ======  =====================================================
 ``/kg/harness``    ro      the ``sandbox`` package (trusted harness code)
 ``/kg/in``         ro      the candidate (and current best) sources
-``/kg/out``        rw      the judge's secret file (consumed at start), result.json
-``/tmp``           rw      tmpfs scratch, size-capped
+``/kg/out``        rw      uid 65534, mode 0700: the judge's secret file (consumed at
+                           start), result.json; no other uid may write there
+``/tmp``           rw      tmpfs scratch, mode 1777, capped in size and inodes
+``/dev/shm``       rw      tmpfs, mode 1777, noexec, capped in size and inodes
 =================  ======  =====================================================
 
-It enforces :class:`grader.limits.Limits`, captures stdout/stderr with a cap, and reports
-what happened in a :class:`SandboxOutcome`. It never interprets the result file: that is
-the evaluation pipeline's job.
+Privilege contract (the same on every backend): the sandbox's first process runs as uid
+0 *inside* the sandbox with exactly :data:`LAUNCH_CAPS` in its effective, permitted and
+bounding sets, ``no_new_privs`` set, in its own pid, mount, ipc, uts and network
+namespaces (loopback only). That launcher (``sandbox/launch.py``) drops to the judge's
+uid 65534 and execs the judge; the judge starts each runner under its own uid. Device
+nodes of the GPUs given are usable by unprivileged uids: world read-write, or through the
+supplementary groups listed in ``KGRADER_DEVICE_GIDS`` (comma-separated) for the launcher
+to hand on. Memory, pids, wall (and on docker CPU) limits cover the whole process tree
+whatever uids it switches to.
+
+It enforces :class:`grader.limits.Limits`, drains stdout/stderr with a cap
+(:mod:`grader.backends.output`), classifies the end of the run in one order
+(:mod:`grader.backends.classify`) and reports what it enforced and how in a typed
+:class:`grader.backends.enforcement.Enforcement`. It never interprets the result file:
+that is the evaluation pipeline's job.
 """
 
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.backends.enforcement import Enforcement
+from grader.errors import UsageError
 from grader.limits import LimitName, Limits
 
 # The layout is part of the host<->judge contract: defined once, in the wire module.
@@ -38,9 +56,14 @@ from sandbox.wire import (
 from sandbox.wire import JUDGE_GID as SANDBOX_GID
 from sandbox.wire import JUDGE_UID as SANDBOX_UID
 
-__all__ = ["HARNESS_MOUNT", "IN_MOUNT", "OUT_MOUNT", "RESULT_NAME", "SANDBOX_GID", "SANDBOX_UID",
-           "SCRATCH_MOUNT", "SECRET_NAME", "Device", "SandboxBackend", "SandboxOutcome",
-           "SandboxSpec"]
+SHM_MOUNT = "/dev/shm"
+# Capabilities of the launcher, the sandbox's first process (uid 0 inside the sandbox):
+# change uids for the judge and the runners, and remount /proc with hidepid.
+LAUNCH_CAPS = ("SETUID", "SETGID", "SYS_ADMIN")
+
+__all__ = ["HARNESS_MOUNT", "IN_MOUNT", "LAUNCH_CAPS", "OUT_MOUNT", "RESULT_NAME", "SANDBOX_GID",
+           "SANDBOX_UID", "SCRATCH_MOUNT", "SECRET_NAME", "SHM_MOUNT", "Device", "Enforcement",
+           "SandboxBackend", "SandboxOutcome", "SandboxSpec"]
 
 
 @dataclass(frozen=True)
@@ -72,13 +95,13 @@ class SandboxOutcome:
     pids_limited: bool = False
     output_truncated: bool = False
     limit_fired: LimitName | None = None
-    enforcement: dict[str, str] = field(default_factory=dict)
+    enforcement: Enforcement | None = None
 
 
 class SandboxBackend(abc.ABC):
     """A way to run the judge in isolation. Implementations: ``bwrap``, ``docker``."""
 
-    name: str = "abstract"
+    name: str = "abstract"  # set by @sandbox_backend (grader.backends.registry)
 
     @abc.abstractmethod
     def check_available(self, device: Device) -> None:
@@ -95,3 +118,20 @@ class SandboxBackend(abc.ABC):
     def cleanup(self) -> int:
         """Remove anything this backend left behind; return how many items were removed."""
         return 0
+
+
+def prepare_out_dir(out_dir: Path) -> None:
+    """Make ``/kg/out``'s host side a plain directory of uid 65534, mode 0700.
+
+    Only the judge's uid may then write there: runners (other uids) cannot, which is what
+    bounds the output folder. Without root we cannot chown; the folder is then opened to
+    all and the evaluation folder's parents must keep others out.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        raise UsageError(f"out_dir is not a plain directory: {out_dir}", code="bad_out_dir")
+    if os.geteuid() == 0:
+        os.chown(out_dir, SANDBOX_UID, SANDBOX_GID, follow_symlinks=False)
+        out_dir.chmod(0o700)
+    else:
+        out_dir.chmod(0o777)

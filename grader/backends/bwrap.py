@@ -2,26 +2,30 @@
 
 Launch sequence, one step per line (isolate/nsjail style), each failing closed:
 
-1. a per-evaluation cgroup (memory = memory+swap, pids) when the host offers one;
-2. ``bwrap`` runs as root only to build the namespaces (net, pid, ipc, uts, mount, cgroup)
-   and the read-only binds, then ``setpriv`` drops to uid/gid 65534 with no capabilities,
-   an empty bounding set and ``no_new_privs`` before the judge's interpreter starts;
-3. host-side: wall-clock limit, psutil watchdog, capped stdout/stderr;
-4. teardown kills the whole tree (cgroup, process group, pid namespace) and removes the cgroup.
+1. GPU ids resolved by the shared rule (:mod:`grader.backends.gpu`); ``/kg/out`` made
+   uid 65534 mode 0700; a scratch mount-point folder marked with its owner;
+2. a per-evaluation cgroup (memory = memory+swap, pids) when the host offers one, named
+   after its owner so that :mod:`grader.backends.cleanup` can reclaim it;
+3. in the child, as root (:mod:`grader.backends.hoststeps`): join the cgroup, rlimits, a
+   network namespace with ``lo`` up, a private mount namespace with the scratch tmpfs
+   mounts (size and inode caps), ``no_new_privs``, bounding set = the launch capabilities;
+4. ``bwrap`` builds the pid, ipc, uts, mount and cgroup namespaces and the read-only binds
+   and runs ``spec.argv`` as uid 0 with exactly CAP_SETUID, CAP_SETGID and CAP_SYS_ADMIN
+   (``--cap-drop ALL --cap-add ...``). No user namespace: bwrap's maps a single uid and the
+   launcher must switch to the judge's and the runners' uids;
+5. host-side: wall-clock limit, psutil watchdog, drained and capped stdout/stderr;
+6. teardown kills the whole tree (cgroup, process group, pid namespace), removes the
+   cgroup; the scratch mounts vanish with the namespace.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import resource
 import shutil
-import signal
 import subprocess
 import sys
 import sysconfig
-import threading
-import time
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -31,18 +35,34 @@ from grader.backends import cgroups
 from grader.backends.base import (
     HARNESS_MOUNT,
     IN_MOUNT,
+    LAUNCH_CAPS,
     OUT_MOUNT,
-    SANDBOX_GID,
-    SANDBOX_UID,
     SCRATCH_MOUNT,
+    SHM_MOUNT,
     Device,
     SandboxBackend,
     SandboxOutcome,
     SandboxSpec,
+    prepare_out_dir,
 )
-from grader.backends.watchdog import CappedReader, GpuMemoryWatchdog, Watchdog
+from grader.backends.bwrap_supervise import Supervision, supervise
+from grader.backends.cleanup import current_owner, mark_owner, remove_quietly
+from grader.backends.enforcement import (
+    DiskEnforcement,
+    Enforcement,
+    GpuEnforcement,
+    ScratchMount,
+)
+from grader.backends.gpu import (
+    DEVICE_GIDS_ENV,
+    GpuSelection,
+    device_gids,
+    device_nodes,
+    resolve_gpu_ids,
+)
+from grader.backends.hoststeps import HostSteps, ScratchSpec
+from grader.backends.registry import sandbox_backend
 from grader.errors import SandboxUnavailableError
-from grader.limits import LimitName
 
 log = structlog.get_logger("kgrader.bwrap")
 HARNESS_SRC = Path(__file__).resolve().parents[2] / "sandbox"
@@ -51,7 +71,6 @@ _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "pas
 _GPU_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",
             "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
             "ROCM_PATH", "HIP_PATH")
-_GPU_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset", "kfd")
 
 
 def _python_roots() -> list[str]:
@@ -99,27 +118,14 @@ def _libcuda_dir() -> str | None:
     return None
 
 
-def gpu_nodes(device: Device, gpu_ids: tuple[str, ...]) -> list[str]:
-    """Device nodes to bind: the control nodes plus only the selected GPUs."""
-    if device == "cpu":
-        return []
-    nodes = [f"/dev/{n}" for n in _GPU_NODES if Path(f"/dev/{n}").exists()]
-    if device == "cuda":
-        ids = gpu_ids or ("0",)
-        nodes += [f"/dev/nvidia{i}" for i in ids if Path(f"/dev/nvidia{i}").exists()]
-        if Path("/dev/nvidia-caps").is_dir():
-            nodes.append("/dev/nvidia-caps")
-    else:  # rocm: only the render nodes asked for
-        nodes += [f"/dev/dri/renderD{128 + int(i)}" for i in (gpu_ids or ("0",))]
-    return nodes
-
-
+@sandbox_backend("bwrap")
 class BwrapBackend(SandboxBackend):
+    """Runs each sandbox in fresh bubblewrap namespaces; needs root, no daemon."""
+
     name = "bwrap"
 
     def __init__(self, bwrap: str | None = None):
         self.bwrap = bwrap or os.environ.get("KGRADER_BWRAP") or shutil.which("bwrap") or "bwrap"
-        self.setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
 
     def python(self) -> str:
         # Not resolved: a virtual environment's bin/python is a symlink to the base
@@ -131,13 +137,10 @@ class BwrapBackend(SandboxBackend):
             raise SandboxUnavailableError(
                 "bubblewrap (bwrap) is not installed",
                 hint="apt-get install -y bubblewrap, or set KGRADER_BWRAP to a bwrap binary")
-        if not Path(self.setpriv).is_file():
-            raise SandboxUnavailableError("setpriv (util-linux) is not installed",
-                                          hint="apt-get install -y util-linux")
         if os.geteuid() != 0:
             raise SandboxUnavailableError(
-                "the bwrap backend must start as root: it builds the namespaces as root and "
-                "drops to uid 65534 before any harness code runs",
+                "the bwrap backend must start as root: it builds the namespaces and mounts "
+                "the capped scratch filesystems as root",
                 hint="run kgrader as root, or use --backend docker")
         import importlib.util
 
@@ -148,12 +151,17 @@ class BwrapBackend(SandboxBackend):
                 "runs the judge with this interpreter",
                 hint="CPU: pip install torch==2.13.0 triton; GPU: a CUDA build of torch "
                      "(README, 'On a GPU host')")
-        if device != "cpu" and not gpu_nodes(device, ()):
-            raise SandboxUnavailableError(f"no {device} device nodes under /dev",
-                                          hint="is the GPU driver loaded? try --device cpu")
+        if device == "cuda" and not Path("/dev/nvidiactl").exists():
+            raise SandboxUnavailableError("no /dev/nvidiactl: the NVIDIA driver is not loaded",
+                                          hint="try --device cpu")
+        if device == "rocm" and not Path("/dev/kfd").exists():
+            raise SandboxUnavailableError("no /dev/kfd: the ROCm kernel driver is not loaded",
+                                          hint="try --device cpu")
 
-    def argv(self, spec: SandboxSpec) -> list[str]:
-        a = [self.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+    def argv(self, spec: SandboxSpec, scratch_root: Path, gpu: GpuSelection,
+             nodes: list[str], gids: tuple[int, ...]) -> list[str]:
+        """The bwrap command line; ``scratch_root`` holds the ``tmp``/``shm`` mount points."""
+        a = [self.bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
              "--unshare-cgroup-try", "--die-with-parent", "--new-session",
              "--hostname", "kgrader", "--ro-bind", "/usr", "/usr"]
         for link in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -168,9 +176,9 @@ class BwrapBackend(SandboxBackend):
         for root in _python_roots():
             a += [*_mkdirs(root), "--ro-bind", root, root]
         a += ["--proc", "/proc", "--dev", "/dev"]
-        a += ["--size", str(spec.limits.tmpfs_mib << 20), "--perms", "1777", "--tmpfs", SCRATCH_MOUNT]
-        a += ["--size", str(spec.limits.tmpfs_mib << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
-        for node in gpu_nodes(spec.device, spec.gpu_ids):
+        a += ["--bind", str(scratch_root / "tmp"), SCRATCH_MOUNT]
+        a += ["--bind", str(scratch_root / "shm"), SHM_MOUNT]
+        for node in nodes:
             a += ["--dev-bind", node, node]
         if spec.device != "cpu":
             a += ["--ro-bind", "/sys", "/sys"]
@@ -182,119 +190,109 @@ class BwrapBackend(SandboxBackend):
         a += ["--perms", "0755", "--dir", "/kg", "--ro-bind", str(spec.in_dir), IN_MOUNT]
         a += ["--bind", str(spec.out_dir), OUT_MOUNT]
         a += ["--clearenv"]
+        for k, v in sorted(self._environment(spec, gpu, gids).items()):
+            a += ["--setenv", k, v]
+        a += ["--cap-drop", "ALL"]
+        for cap in LAUNCH_CAPS:
+            a += ["--cap-add", f"CAP_{cap}"]
+        a += ["--chdir", SCRATCH_MOUNT, "--", *self._resolve(spec.argv)]
+        return a
+
+    def _environment(self, spec: SandboxSpec, gpu: GpuSelection,
+                     gids: tuple[int, ...]) -> dict[str, str]:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": SCRATCH_MOUNT, "TMPDIR": SCRATCH_MOUNT,
                "PYTHONPATH": HARNESS_MOUNT, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
-               "LANG": "C.UTF-8", **spec.env}
+               "LANG": "C.UTF-8", **spec.env, DEVICE_GIDS_ENV: ",".join(map(str, gids))}
         if spec.device != "cpu":
             # The driver's and toolkit's locations, and the host's NVLink-multicast opt-outs.
             for key in _GPU_ENV:
                 if key in os.environ:
                     env.setdefault(key, os.environ[key])
         if spec.device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.gpu_ids) or "0"
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu.ids)
             libcuda = _libcuda_dir()
             if libcuda and "TRITON_LIBCUDA_PATH" not in env:
-                # Triton finds libcuda with `ldconfig -p`, which cannot run as uid 65534 in
-                # the sandbox; tell it where the host's driver library is instead.
+                # Triton finds libcuda with `ldconfig -p`, which cannot run as an
+                # unprivileged uid in the sandbox; tell it where the driver library is.
                 env["TRITON_LIBCUDA_PATH"] = libcuda
-        for k, v in sorted(env.items()):
-            a += ["--setenv", k, v]
-        a += ["--chdir", SCRATCH_MOUNT, "--", self.setpriv, f"--reuid={SANDBOX_UID}",
-              f"--regid={SANDBOX_GID}", "--clear-groups", "--inh-caps=-all",
-              "--bounding-set=-all", "--no-new-privs", *self._resolve(spec.argv)]
-        return a
+        return env
 
     def _resolve(self, argv: tuple[str, ...]) -> list[str]:
+        """``spec.argv`` as given; only a bare ``python``/``python3`` becomes this interpreter
+        (the sandbox sees the host's /usr and environments, not an image's PATH)."""
+        if not argv:
+            raise SandboxUnavailableError("empty argv")
         return [self.python() if argv[0] in ("python", "python3") else argv[0], *argv[1:]]
 
     def run(self, spec: SandboxSpec) -> SandboxOutcome:
+        gpu = resolve_gpu_ids(spec.device, spec.gpu_ids)  # bad input first, on every backend
         self.check_available(spec.device)
+        nodes = device_nodes(gpu)
+        gids = device_gids(nodes)
+        prepare_out_dir(spec.out_dir)
         lim = spec.limits
         name = spec.label or uuid.uuid4().hex[:12]
-        cg = cgroups.create(name, lim.memory_mib << 20, lim.pids)
-        enforcement = {
-            "memory": f"{cg.kind} memory.max=memory+swap" if cg else "psutil watchdog (RSS)",
-            "pids": f"{cg.kind} pids.max" if cg else "psutil watchdog (threads)",
-            "wall": "host timer, kills the pid namespace",
-            "disk": f"tmpfs size={lim.tmpfs_mib} MiB",
-            "output": f"capped at {lim.output_bytes} bytes per stream",
-            "network": "empty network namespace (loopback only)",
-        }
-
-        def preexec() -> None:  # runs in the child, as root, before exec of bwrap
-            if cg is not None:
-                cg.attach(os.getpid())
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (lim.tmpfs_mib << 20, lim.tmpfs_mib << 20))
-
-        t0 = time.monotonic()
-        log.info("sandbox_start", backend="bwrap", label=name, device=spec.device,
-                 cgroup=cg.kind if cg else None)
+        scratch_root = Path(tempfile.mkdtemp(prefix="kgrader-scratch-"))
         try:
-            proc = subprocess.Popen(self.argv(spec), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    preexec_fn=preexec, start_new_session=True)
-        except OSError as e:
-            if cg:
-                cg.destroy()
-            raise SandboxUnavailableError(f"cannot start bwrap: {e}") from None
-        out, err = CappedReader(proc.stdout, lim.output_bytes), CappedReader(proc.stderr, lim.output_bytes)  # type: ignore[arg-type]
-        out.start()
-        err.start()
-        killed = threading.Event()
-
-        def kill_tree() -> None:
-            killed.set()
-            if cg is not None:
-                cg.kill_all()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-
-        dog = Watchdog(proc.pid, memory_bytes=None if cg else lim.memory_mib << 20,
-                       pids=None if cg else lim.pids, kill=kill_tree,
-                       pids_hit=cg.pids_hit if cg else None)
-        dog.start()
-        gdog = None
-        if spec.device == "cuda" and lim.gpu_memory_mib:
-            gdog = GpuMemoryWatchdog(proc.pid, lim.gpu_memory_mib << 20, kill_tree)
-            enforcement["gpu_memory"] = ("runner allocator cap + NVML host watchdog" if gdog.available
-                                         else "runner allocator cap (NVML unavailable on the host)")
-            gdog.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=lim.wall_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_tree()
-            proc.wait()
-        except BaseException:
-            kill_tree()
-            proc.wait()
-            raise
+            mark_owner(scratch_root)
+            scratch = (
+                ScratchSpec(scratch_root / "tmp", lim.tmpfs_mib << 20, lim.tmpfs_inodes, False),
+                ScratchSpec(scratch_root / "shm", lim.tmpfs_mib << 20, lim.tmpfs_inodes, True),
+            )
+            for s in scratch:
+                s.host_dir.mkdir(mode=0o700)
+            cg = cgroups.create(cgroups.owned_name(name, current_owner()), lim.memory_mib << 20,
+                                lim.pids)
+            steps = HostSteps(attach=cg.attach if cg else None, file_size=lim.file_size_bytes,
+                              scratch=scratch)
+            argv = self.argv(spec, scratch_root, gpu, nodes, gids)
+            log.info("sandbox_start", backend="bwrap", label=name, device=spec.device,
+                     gpu_ids=list(gpu.ids), cgroup=cg.kind if cg else None)
+            sup = supervise(argv, steps, spec, cg)
         finally:
-            dog.stop()
-            if gdog is not None:
-                gdog.stop()
-            if cg is not None:
-                cg.kill_all()
-            out.join(5)
-            err.join(5)
-        wall = time.monotonic() - t0
-        oom = bool(cg and cg.oom_killed()) or dog.fired == "memory_limit"
-        pids_hit = bool(cg and cg.pids_hit()) or dog.fired == "pids_limit"
-        if cg is not None:
-            cg.destroy()
-        rc = proc.returncode
-        fired: LimitName | None = "timeout" if timed_out else (
-            "memory_limit" if oom else ("pids_limit" if pids_hit else None))
-        if fired is None and gdog is not None and gdog.fired:
-            fired = gdog.fired
-        if fired is None and rc is not None and rc in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-            fired = "disk_limit"
-        log.info("sandbox_end", backend="bwrap", label=name, rc=rc, wall_s=round(wall, 3), fired=fired)
-        return SandboxOutcome(
-            backend="bwrap", exit_code=rc if rc is not None and rc >= 0 else None,
-            signal=-rc if rc is not None and rc < 0 else None, wall_s=wall,
-            stdout=bytes(out.buf), stderr=bytes(err.buf), timed_out=timed_out, oom_killed=oom,
-            pids_limited=pids_hit, output_truncated=out.truncated or err.truncated,
-            limit_fired=fired, enforcement=enforcement)
+            remove_quietly(scratch_root)
+        outcome = sup.outcome(self._enforcement(spec, cg, sup, gpu, gids, scratch))
+        log.info("sandbox_end", backend="bwrap", label=name, rc=sup.returncode,
+                 wall_s=round(outcome.wall_s, 3), fired=outcome.limit_fired)
+        return outcome
+
+    @staticmethod
+    def _enforcement(spec: SandboxSpec, cg: cgroups.CgroupSet | None, sup: Supervision,
+                     gpu: GpuSelection, gids: tuple[int, ...],
+                     scratch: tuple[ScratchSpec, ...]) -> Enforcement:
+        lim = spec.limits
+        mounts = tuple(ScratchMount(path=path, size_bytes=s.size_bytes, inodes=s.inodes,
+                                    options=s.describe())
+                       for path, s in zip((SCRATCH_MOUNT, SHM_MOUNT), scratch, strict=True))
+        gpu_mem = "not enforced"
+        if sup.gpu_watchdog is not None:
+            gpu_mem = ("runner allocator cap + NVML host watchdog" if sup.gpu_watchdog
+                       else "runner allocator cap (NVML unavailable on the host)")
+        return Enforcement(
+            backend="bwrap",
+            memory=(f"{cg.kind} memory limit {lim.memory_mib} MiB, swap 0" if cg
+                    else f"psutil watchdog: tree RSS over {lim.memory_mib} MiB is killed"),
+            pids=(f"{cg.kind} pids.max={lim.pids}; tree killed at the first refused fork" if cg
+                  else f"psutil watchdog: more than {lim.pids} threads in the tree is killed"),
+            cpu="no CPU quota (bwrap); bounded by the wall limit only",
+            wall=f"host timer kills the whole tree (cgroup, session, pid namespace) after "
+                 f"{lim.wall_s:.0f} s",
+            disk=DiskEnforcement(
+                mechanism="tmpfs mounted by kgrader in a private mount namespace of the "
+                          "sandbox (bwrap --bind)",
+                scratch=mounts, file_size_bytes=lim.file_size_bytes,
+                out_dir="host disk; uid 65534 mode 0700 (only the judge's uid may write); "
+                        "RLIMIT_FSIZE per file",
+                read_only="bwrap read-only binds of /usr, the interpreter, /kg/in, /kg/harness; "
+                          "a fresh tmpfs root"),
+            output=f"both streams drained to the end; {lim.output_bytes} bytes kept in total",
+            user="uid 0 in the sandbox with CAP_SETUID, CAP_SETGID, CAP_SYS_ADMIN only "
+                 "(every capability set, ambient included), no_new_privs; no user namespace",
+            network="new network namespace with only lo (up)",
+            seccomp="none applied by the backend",
+            gpu=GpuEnforcement(
+                device=spec.device, ids=gpu.ids, defaulted=gpu.defaulted,
+                mechanism="none" if spec.device == "cpu" else "bwrap --dev-bind of the "
+                          "selected GPU nodes and the driver's control nodes",
+                device_gids=gids, memory=gpu_mem if spec.device != "cpu" else "no GPU"),
+        )

@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -107,6 +109,57 @@ class CgroupSet:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def owned_name(label: str, owner: str) -> str:
+    """A cgroup name that carries its owner (``host:pid:start``) as ``label@pid@start``,
+    so that :func:`reclaim_stale` can tell an orphan from a live run's cgroup."""
+    _, pid, started = owner.rsplit(":", 2)
+    return f"{label}@{pid}@{started}"
+
+
+def _owner_from_name(name: str) -> str | None:
+    parts = name.rsplit("@", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return f"{socket.gethostname()}:{parts[1]}:{parts[2]}"
+
+
+def _candidates() -> list[tuple[str, Path]]:
+    """``(name, dir)`` of every kgrader cgroup on this host (v2 and v1)."""
+    found: list[tuple[str, Path]] = []
+    with contextlib.suppress(OSError):
+        found += [(d.name, d) for d in (ROOT / "kgrader").iterdir() if d.is_dir()]
+    for controller in ("memory", "pids"):
+        with contextlib.suppress(OSError):
+            found += [(d.name[len("kgrader-"):], d) for d in (ROOT / controller).iterdir()
+                      if d.is_dir() and d.name.startswith("kgrader-")]
+    return found
+
+
+def reclaim_stale(alive: Callable[[str], bool], *, include_live: bool = False) -> list[str]:
+    """Kill what is left in, and remove, the cgroups whose owner is gone; return their paths.
+
+    Cgroups whose name carries no owner are left alone (they may be a live run's).
+    """
+    removed: list[str] = []
+    for name, path in _candidates():
+        owner = _owner_from_name(name)
+        if owner is None or (alive(owner) and not include_live):
+            continue
+        CgroupSet(1, {"memory": path, "pids": path}).kill_all()
+        for _ in range(50):
+            try:
+                path.rmdir()
+                removed.append(str(path))
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.02)
+    if removed:
+        log.info("cgroup_reclaimed", count=len(removed))
+    return removed
 
 
 def create(name: str, memory_bytes: int, pids: int) -> CgroupSet | None:

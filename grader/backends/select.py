@@ -6,7 +6,8 @@ import glob
 import os
 
 from grader.backends.base import Device, SandboxBackend
-from grader.errors import SandboxUnavailableError, UsageError
+from grader.backends.registry import AUTO, auto_order, backend_class
+from grader.errors import SandboxUnavailableError
 
 
 def detect_device() -> Device:
@@ -21,30 +22,24 @@ def detect_device() -> Device:
 
 
 def select_backend(name: str, device: Device) -> SandboxBackend:
-    """``bwrap`` / ``docker`` by name; ``auto``: docker when its daemon and image are ready,
-    else the embedded bwrap default."""
-    from grader.backends.bwrap import BwrapBackend
+    """A ready backend: the one named (from the registry), or for ``auto`` the first of
+    :func:`grader.backends.registry.auto_order` that is usable here (docker when its
+    daemon and image are ready, else the embedded bwrap default).
 
-    if name == "bwrap":
-        b: SandboxBackend = BwrapBackend()
-        b.check_available(device)
-        return b
-    if name == "docker":
-        from grader.backends.docker import DockerBackend
-
-        d = DockerBackend()
-        d.check_available(device)
-        return d
-    if name != "auto":
-        raise UsageError(f"unknown backend {name!r} (auto, bwrap, docker)")
-    try:
-        from grader.backends.docker import DockerBackend
-
-        d = DockerBackend()
-        d.check_available(device)
-        return d
-    except (SandboxUnavailableError, ImportError):
-        pass
-    b = BwrapBackend()
-    b.check_available(device)
-    return b
+    Raises :class:`grader.errors.UsageError` for an unknown name and
+    :class:`SandboxUnavailableError` (with the last backend's reason) when none is usable.
+    """
+    if name != AUTO:
+        backend = backend_class(name)()
+        backend.check_available(device)
+        return backend
+    last: SandboxUnavailableError | None = None
+    for candidate in auto_order():
+        try:
+            backend = backend_class(candidate)()
+            backend.check_available(device)
+            return backend
+        except SandboxUnavailableError as exc:
+            last = exc
+    assert last is not None  # auto_order() is never empty
+    raise last

@@ -1,4 +1,4 @@
-"""Host-side psutil watchdog over a sandbox's process tree, and capped output capture.
+"""Host-side watchdogs over a sandbox's process tree (psutil for RSS/threads, NVML for GPU memory).
 
 The watchdog is the fallback for memory and pids limits when no cgroup is writable, and a
 second line of defence otherwise. It kills the whole tree when a limit is crossed.
@@ -6,10 +6,8 @@ second line of defence otherwise. It kills the whole tree when a limit is crosse
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
-from typing import IO
 
 import psutil
 
@@ -69,39 +67,6 @@ class Watchdog(threading.Thread):
             if self.fired:
                 self.kill()
                 return
-
-
-class CappedReader(threading.Thread):
-    """Drains a pipe to the end, keeping at most ``cap`` bytes (the rest is discarded).
-
-    Draining instead of closing lets a flooding sandbox finish its run; the report marks the
-    output as truncated.
-    """
-
-    def __init__(self, stream: IO[bytes], cap: int):
-        super().__init__(daemon=True)
-        self.stream = stream
-        self.cap = cap
-        self.buf = bytearray()
-        self.total = 0
-
-    def run(self) -> None:
-        fd = self.stream.fileno()
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except OSError:
-                break
-            if not chunk:
-                break
-            self.total += len(chunk)
-            room = self.cap - len(self.buf)
-            if room > 0:
-                self.buf += chunk[:room]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.buf)
 
 
 class GpuMemoryWatchdog(threading.Thread):

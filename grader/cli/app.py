@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 
 from grader import __version__
+from grader.backends.registry import backend_choices
 from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail
 from grader.errors import KgraderError
 from grader.limits import Limits
@@ -50,7 +51,7 @@ def limit_options(f: Any) -> Any:
 @click.argument("task_dir", type=click.Path(path_type=Path))
 @click.argument("candidate", type=click.Path(path_type=Path))
 @click.option("--current", type=click.Path(path_type=Path), help="Current best: run the acceptance stage.")
-@click.option("--backend", type=click.Choice(["auto", "bwrap", "docker"]), default="auto", show_default=True)
+@click.option("--backend", type=click.Choice(backend_choices()), default="auto", show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--policy", help="Policy name or path (default: the task's).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one report JSON on stdout.")

@@ -1,4 +1,4 @@
-"""CLI commands of the docker backend: ``kgrader image build`` and ``kgrader sandbox cleanup``.
+"""Sandbox maintenance commands: ``kgrader image build`` and ``kgrader sandbox cleanup``.
 
 :func:`register` adds them to the main ``kgrader`` group; the module also runs on its own
 (``python -m grader.cli.docker image build ...``) so that ``scripts/docker-setup.sh``
@@ -7,11 +7,13 @@ works before the package is installed.
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import click
 
-from grader.backends.images import FLAVORS, BuildRequest, Flavor, build_image
+from grader.backends.docker.images import FLAVORS, BuildRequest, Flavor, build_image
 from grader.cli.common import fail
 from grader.errors import KgraderError
 
@@ -69,20 +71,43 @@ def sandbox_group() -> None:
 
 @sandbox_group.command("cleanup")
 @click.option(
-    "--all", "include_live", is_flag=True, help="Also remove containers of runs in progress."
+    "--all", "include_live", is_flag=True,
+    help="Also remove what belongs to kgrader processes still running (and unmarked folders).",
 )
-def cleanup_cmd(include_live: bool) -> None:
-    """Remove the containers kgrader left behind (label kgrader=1).
+@click.option(
+    "--temp-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Where evaluation folders live (default: the temp dir).",
+)
+@click.option("--no-docker", is_flag=True, help="Do not look for containers.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def cleanup_cmd(include_live: bool, temp_dir: Path | None, no_docker: bool, as_json: bool) -> None:
+    """Reclaim what killed kgrader processes left behind.
 
-    Containers whose owning kgrader process still runs on this host are kept unless --all.
+    Evaluation folders (kgrader-eval-*, kgrader-mode-*, kgrader-scratch-* in the temp
+    dir), containers labelled kgrader=1, and bwrap cgroups, whose owning process no longer
+    runs on this host. What belongs to a live process is kept unless --all.
     """
-    from grader.backends.docker import DockerBackend
+    from grader.backends.cleanup import reclaim_orphans
 
     try:
-        removed = DockerBackend().cleanup(include_live=include_live)
+        report = reclaim_orphans(temp_dir=temp_dir, include_live=include_live,
+                                 docker=not no_docker)
     except KgraderError as exc:
         fail(exc)
-    click.echo(f"removed {removed} container(s)")
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        click.echo(
+            f"removed {len(report.folders_removed)} folder(s), "
+            f"{len(report.containers_removed)} container(s), "
+            f"{len(report.cgroups_removed)} cgroup(s); kept "
+            f"{len(report.folders_kept) + len(report.containers_kept)} in use; "
+            f"docker: {report.docker}"
+        )
+        for err in report.errors:
+            click.echo(f"error: {err}", err=True)
+    if report.errors:
+        sys.exit(1)
 
 
 def register(cli: click.Group) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from grader.backends.registry import backend_choices
 from grader.cli.common import fail
 from grader.errors import KgraderError
 
@@ -51,7 +52,7 @@ def _engine_options(f: Any) -> Any:
                      help="Parallel evaluations (default: one per GPU, else 1)."),
         click.option("--engine", type=click.Choice(["local", "ray"]), default="local",
                      show_default=True),
-        click.option("--backend", type=click.Choice(["auto", "bwrap", "docker"]), default="auto",
+        click.option("--backend", type=click.Choice(backend_choices()), default="auto",
                      show_default=True),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto",
                      show_default=True),
@@ -103,7 +104,7 @@ def register(cli: click.Group) -> None:
     @leaderboard.command("demo")
     @click.argument("out_dir", type=click.Path(path_type=Path))
     @click.option("--workers", type=int, default=2, show_default=True)
-    @click.option("--backend", type=click.Choice(["auto", "bwrap", "docker"]), default="auto")
+    @click.option("--backend", type=click.Choice(backend_choices()), default="auto")
     @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto")
     def demo_cmd(out_dir: Path, workers: int, backend: str, device: str) -> None:
         """Run the examples/leaderboard submissions and render the page into OUT_DIR."""

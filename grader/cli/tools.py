@@ -19,10 +19,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from grader.backends.registry import backend_choices
 from grader.cli.common import fail, kgrader_errors
 
 F = TypeVar("F", bound=Callable[..., Any])
-_BACKENDS = click.Choice(["auto", "bwrap", "docker"])
+_BACKENDS = click.Choice(backend_choices())
 _DEVICES = click.Choice(["auto", "cpu", "cuda", "rocm"])
 
 

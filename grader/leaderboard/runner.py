@@ -22,6 +22,7 @@ from pathlib import Path
 
 import structlog
 
+from grader.backends.cleanup import reclaim_orphans
 from grader.errors import UsageError
 from grader.leaderboard.aggregate import select_top
 from grader.leaderboard.engine import Engine, LocalEngine, RayEngine
@@ -181,6 +182,8 @@ class Batch:
 def run_leaderboard(cfg: RunConfig, progress: Progress | None = None) -> RunSummary:
     """Run (or resume) the whole batch; every finished evaluation is committed at once."""
     tasks = load_tasks(cfg)
+    # Folders (one may hold a judge's secret), containers and cgroups of a killed run.
+    reclaim_orphans()
     engine = make_engine(cfg)
     prog = progress or Progress(enabled=sys.stderr.isatty())
     with State.open(cfg.state) as state:

@@ -53,7 +53,7 @@ import filelock
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from grader.errors import SandboxUnavailableError, UsageError
+from grader.errors import UsageError
 from sandbox.wire import Record
 
 __all__ = [
@@ -154,15 +154,10 @@ def _nvidia_gpus() -> list[str]:
 
 def _docker_image_id(device: str) -> str:
     from grader.backends.docker import DockerBackend
+    from grader.backends.docker.prereqs import image_id
 
-    backend = DockerBackend()
-    image = backend.image_for(device)  # type: ignore[arg-type]
-    try:
-        import docker
-
-        return str(docker.from_env().images.get(image).id)
-    except Exception as e:  # no daemon or no image: the calibration could not run either
-        raise SandboxUnavailableError(f"cannot fingerprint docker image {image}: {e}") from None
+    # No daemon or no image: SandboxUnavailableError (the calibration could not run either).
+    return image_id(DockerBackend().image_for(device))  # type: ignore[arg-type]
 
 
 def host_probe(backend: str, device: str) -> dict[str, Any]:

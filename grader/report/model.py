@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from grader.backends.enforcement import Enforcement
 from grader.limits import LimitName, Limits
 
 SCHEMA_VERSION = "2.0"
@@ -149,8 +150,8 @@ class SandboxInfo(_Model):
     output_truncated: bool = False
     stdout_tail: str = ""
     stderr_tail: str = ""
-    enforcement: dict[str, str] = Field(
-        default_factory=dict, description="How each limit was enforced (cgroup, rlimit, watchdog)."
+    enforcement: Enforcement | None = Field(
+        None, description="How each limit was enforced, the same keys on every backend."
     )
     phases: dict[str, float] = Field(
         default_factory=dict,

@@ -5,7 +5,8 @@ loopback still answers).
 Leftover detection is scoped to this test run, because other sandboxes (other engineers,
 CI jobs) may legitimately be alive as uid 65534 at the same time: a sandbox process is
 ours when its mount table mentions the test's unique work directory (every backend binds
-``/kg/in`` and ``/kg/out`` from there), or when it descends from this pytest process.
+``/kg/in`` and ``/kg/out`` from there), or when it runs as a sandbox uid and descends from
+this pytest process.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from grader.backends.base import SANDBOX_GID, SANDBOX_UID, SandboxOutcome, Sandb
 from grader.evaluate import EvalRequest, evaluate
 from grader.limits import Limits
 from grader.report.model import Report
+
+from .standin_launch import launch_argv
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -78,8 +81,13 @@ def _mentions(pid: int, marker: str) -> bool:
         return False
 
 
+# The judge's uid and the runners' uids.
+SANDBOX_UIDS = frozenset({SANDBOX_UID, *range(65500, 65532)})
+
+
 def sandbox_processes(marker: str) -> list[psutil.Process]:
-    """Live (non-zombie) sandbox-user processes that belong to this test."""
+    """Live (non-zombie) sandbox processes that belong to this test: any uid the sandbox
+    uses, or uid 0 with this test's folder in its mount table (the launcher)."""
     me = os.getpid()
     mine: set[int] = set()
     with contextlib.suppress(psutil.Error):
@@ -90,22 +98,23 @@ def sandbox_processes(marker: str) -> list[psutil.Process]:
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
             uids = p.info["uids"]
-            if SANDBOX_UID not in (uids.real, uids.effective):
-                continue
-            if p.pid in mine or _mentions(p.pid, marker):
-                found.append(p)
+            if uids.real in SANDBOX_UIDS or uids.effective in SANDBOX_UIDS:
+                if p.pid in mine or _mentions(p.pid, marker):
+                    found.append(p)
+            elif 0 in (uids.real, uids.effective) and _mentions(p.pid, marker):
+                found.append(p)  # the launcher (uid 0 inside the sandbox, no user namespace)
         except psutil.Error:
             continue
     return found
 
 
 def our_containers() -> list[Any]:
-    """Containers labelled ``kgrader=1`` that this pytest process created."""
-    import docker
+    """Containers labelled ``kgrader=1`` that this pytest process created (its owner label)."""
+    from grader.backends.cleanup import current_owner
+    from grader.backends.docker.prereqs import client
 
-    client = docker.from_env()
-    flt = {"label": ["kgrader=1", f"kgrader.host-pid={os.getpid()}"]}
-    return list(client.containers.list(all=True, filters=flt))
+    flt = {"label": ["kgrader=1", f"kgrader.owner={current_owner()}"]}
+    return list(client().containers.list(all=True, filters=flt))
 
 
 def loopback_answers(timeout: float = 5.0) -> bool:
@@ -193,9 +202,12 @@ class Host:
         )
         return evaluate(req)
 
-    def run_argv(self, code: str, **limit_kw: Any) -> tuple[SandboxOutcome, Path]:
-        """Run ``python3 -c code`` directly under the backend (no judge); return the
-        outcome and the host side of ``/kg/out``."""
+    def run_argv(
+        self, code: str, *, raw: bool = False, **limit_kw: Any
+    ) -> tuple[SandboxOutcome, Path]:
+        """Run ``python3 -c code`` under the backend (no judge) as the judge's uid, after the
+        launcher stand-in; ``raw``: as the sandbox's first process itself (uid 0 with the
+        launch capabilities). Returns the outcome and the host side of ``/kg/out``."""
         root = self.work / f"argv-{uuid.uuid4().hex[:8]}"
         in_dir, out_dir = root / "in", root / "out"
         in_dir.mkdir(parents=True)
@@ -209,10 +221,11 @@ class Host:
         out_dir.chmod(0o700)
         limits = Limits(compile_s=20, run_s=20, memory_mib=512, pids=64, tmpfs_mib=64)
         limits = limits.override(**limit_kw)
+        argv = ("python3", "-c", code)
         spec = SandboxSpec(
             in_dir=in_dir,
             out_dir=out_dir,
-            argv=("python3", "-c", code),
+            argv=argv if raw else launch_argv(argv),
             limits=limits,
             label=f"conf-{uuid.uuid4().hex[:8]}",
         )

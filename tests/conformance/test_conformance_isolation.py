@@ -20,7 +20,6 @@ from grader.report.model import Report
 from ._support import REPO, Host, describe, probe_line
 
 SECRET_NAME = "KG_CONFORMANCE_SECRET"
-SANDBOX_UID = "65534"
 
 
 @dataclass
@@ -124,12 +123,20 @@ def test_scratch_tmp_is_writable_and_private(probe: Probe) -> None:
     probe.host.assert_unharmed()
 
 
-def test_candidate_runs_as_nobody_without_capabilities(probe: Probe) -> None:
+# The launcher's capabilities (CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN): without
+# CAP_SETPCAP nobody inside can empty the bounding set below them; no_new_privs keeps any
+# exec from raising them again.
+LAUNCH_BOUNDING = (1 << 6) | (1 << 7) | (1 << 21)
+
+
+def test_candidate_runs_unprivileged_without_capabilities(probe: Probe) -> None:
     st = probe.seen["status"]
-    assert probe.seen["euid"] == int(SANDBOX_UID)
-    assert st["Uid"].split() == [SANDBOX_UID] * 4, st
-    assert st["Gid"].split() == [SANDBOX_UID] * 4, st
-    for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb", "CapBnd"):
+    assert probe.seen["euid"] != 0
+    uids = st["Uid"].split()
+    assert len(set(uids)) == 1 and int(uids[0]) >= 65500, st
+    assert "0" not in st["Gid"].split(), st
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
         assert int(st[cap], 16) == 0, f"{cap}={st[cap]}"
+    assert int(st["CapBnd"], 16) & ~LAUNCH_BOUNDING == 0, f"CapBnd={st['CapBnd']}"
     assert st["NoNewPrivs"] == "1", st
     probe.host.assert_unharmed()

@@ -3,7 +3,9 @@ leaves nothing behind on the host."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import threading
 from dataclasses import dataclass
 
@@ -68,6 +70,26 @@ def tmpfs_fill(module_host: Host) -> Report:
     # The sandbox's /tmp is its own capped tmpfs: the host's /tmp did not lose 64 MiB+.
     assert free_before - psutil.disk_usage("/tmp").free < 32 << 20
     return report
+
+
+def _free_inodes(path: str = "/tmp") -> int:
+    return os.statvfs(path).f_ffree
+
+
+def test_many_empty_files_are_stopped_by_the_inode_cap_as_disk_limit(host: Host) -> None:
+    # Other work on this machine creates files too; the flood would create millions.
+    before = _free_inodes()
+    report = host.evaluate("inode_flood", limits={"tmpfs_inodes": 16384})
+    assert before - _free_inodes() < 8192, "the flood reached the host's /tmp"
+    assert not report.ok, describe(report)
+    assert _first(report) == ("compile", "disk_limit"), describe(report)
+    assert "No space left on device" in report.errors[0].message, describe(report)
+    sb = report.sandbox
+    assert sb is not None and sb.enforcement is not None
+    scratch = {m.path: m for m in sb.enforcement.disk.scratch}
+    assert scratch["/tmp"].inodes == 16384 and scratch["/dev/shm"].inodes == 16384
+    assert scratch["/tmp"].size_bytes == report.sandbox.limits.tmpfs_mib << 20
+    host.assert_unharmed()
 
 
 def test_tmpfs_fill_fails_cleanly_with_no_space_left(tmpfs_fill: Report, module_host: Host) -> None:
@@ -177,4 +199,84 @@ def test_stdout_flood_is_capped_and_host_memory_stays_flat(host: Host) -> None:
         report
     )
     assert peak[0] - base < 256 << 20, f"host RSS grew by {(peak[0] - base) >> 20} MiB"
+    host.assert_unharmed()
+
+
+# --------------------------------------------------------------------------- which limit
+
+
+FLOOD_THEN_MEMORY = """
+import sys
+sys.stdout.buffer.write(b"A" * (8 << 20)); sys.stdout.flush()
+sys.stderr.buffer.write(b"E" * (8 << 20)); sys.stderr.flush()
+blocks = []
+while True:
+    blocks.append(bytearray(16 << 20))
+"""
+
+
+def test_flood_then_memory_bomb_is_reported_as_memory_limit_with_output_truncated(
+    host: Host,
+) -> None:
+    outcome, _ = host.run_argv(FLOOD_THEN_MEMORY, memory_mib=256, output_bytes=65536)
+    assert outcome.limit_fired == "memory_limit", outcome.limit_fired
+    assert outcome.oom_killed and outcome.output_truncated
+    assert len(outcome.stdout) + len(outcome.stderr) <= 65536
+    assert outcome.stdout.startswith(b"AAAA") and outcome.stderr.startswith(b"EEEE")
+    host.assert_unharmed()
+
+
+FLOOD_THEN_HANG = """
+import sys, time
+sys.stdout.buffer.write(b"A" * (8 << 20)); sys.stdout.flush()
+while True:
+    time.sleep(1)
+"""
+
+
+def test_flood_then_hang_is_reported_as_timeout_with_output_truncated(host: Host) -> None:
+    outcome, _ = host.run_argv(FLOOD_THEN_HANG, compile_s=1, run_s=1, output_bytes=65536)
+    assert outcome.limit_fired == "timeout" and outcome.timed_out, outcome.limit_fired
+    assert outcome.output_truncated and len(outcome.stdout) == 65536
+    host.assert_unharmed()
+
+
+FLOOD_TO_THE_END = """
+import sys
+for stream in (sys.stdout.buffer, sys.stderr.buffer):
+    for _ in range(64):
+        stream.write(b"x" * (1 << 20))
+    stream.flush()
+print("done", file=sys.stderr, flush=True)
+"""
+
+
+def test_a_flood_is_drained_so_the_process_finishes_normally(host: Host) -> None:
+    outcome, _ = host.run_argv(FLOOD_TO_THE_END, output_bytes=65536)
+    assert outcome.exit_code == 0 and outcome.limit_fired is None, outcome.limit_fired
+    assert outcome.signal is None, "the sandbox saw SIGPIPE or was killed"
+    assert outcome.output_truncated and len(outcome.stdout) + len(outcome.stderr) == 65536
+    host.assert_unharmed()
+
+
+# Python ignores SIGXFSZ (a write then fails with EFBIG); native code gets the default.
+OVERSIZED_FILE = """
+import signal
+signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+with open("/kg/out/big", "wb") as f:
+    for _ in range(12):
+        f.write(b"x" * (1 << 20))
+"""
+
+
+def test_a_file_over_rlimit_fsize_is_killed_by_sigxfsz_and_reported_as_disk_limit(
+    host: Host,
+) -> None:
+    # tmpfs 8 MiB and result cap 8 MiB: RLIMIT_FSIZE is 8 MiB; /kg/out is on the host disk.
+    outcome, out_dir = host.run_argv(OVERSIZED_FILE, tmpfs_mib=8, result_bytes=8 << 20)
+    assert outcome.signal == signal.SIGXFSZ and outcome.exit_code is None, outcome.signal
+    assert outcome.limit_fired == "disk_limit", outcome.limit_fired
+    assert (out_dir / "big").stat().st_size == 8 << 20
+    assert outcome.enforcement is not None
+    assert outcome.enforcement.disk.file_size_bytes == 8 << 20
     host.assert_unharmed()

@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from grader.backends import docker as docker_backend
 from grader.backends.base import SandboxOutcome, SandboxSpec
+from grader.backends.cleanup import current_owner
 from grader.backends.docker import DockerBackend
+from grader.backends.docker.prereqs import client
 from grader.errors import ImageMissingError, SandboxUnavailableError
 from grader.limits import Limits
 
@@ -32,6 +33,8 @@ pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 RunPy = Callable[..., SandboxOutcome]
+sys.path.insert(0, str(REPO / "tests" / "conformance"))
+from standin_launch import launch_argv  # noqa: E402  (the launcher stand-in, tests only)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +52,7 @@ def backend() -> DockerBackend:
 
 @pytest.fixture
 def run_py(backend: DockerBackend, tmp_path: Path) -> RunPy:
-    """Run a Python snippet in the sandbox; returns the outcome."""
+    """Run a Python snippet in the sandbox as the judge's uid (after the launcher)."""
 
     def run(code: str, label: str | None = None, **limit_kw: Any) -> SandboxOutcome:
         in_dir = tmp_path / "in"
@@ -62,7 +65,7 @@ def run_py(backend: DockerBackend, tmp_path: Path) -> RunPy:
         spec = SandboxSpec(
             in_dir=in_dir,
             out_dir=tmp_path / "out",
-            argv=("python3", "-c", textwrap.dedent(code)),
+            argv=launch_argv(("python3", "-c", textwrap.dedent(code))),
             limits=limits,
             label=label or f"test-{uuid.uuid4().hex[:8]}",
         )
@@ -77,10 +80,8 @@ def _json(outcome: SandboxOutcome) -> Any:
 
 
 def _containers(label: str) -> list[Any]:
-    import docker
-
-    client = docker.from_env()
-    return list(client.containers.list(all=True, filters={"label": f"kgrader.label={label}"}))
+    flt = {"label": f"kgrader.label={label}"}
+    return list(client().containers.list(all=True, filters=flt))
 
 
 @pytest.fixture
@@ -115,7 +116,9 @@ def test_happy_path_exit_code_streams_env_and_out_dir(
     assert "KG_HOST_SECRET" not in info["env"]
     assert out.stderr == b"to stderr\n"
     assert (tmp_path / "out" / "result.json").read_text() == "{}"
-    assert out.backend == "docker" and out.enforcement["memory"].startswith("cgroup (docker)")
+    assert out.backend == "docker" and out.enforcement is not None
+    assert out.enforcement.memory.startswith("cgroup (docker)")
+    assert out.enforcement.seccomp == "docker default profile"
 
 
 def test_network_is_loopback_only_and_host_listener_is_unreachable(
@@ -141,7 +144,7 @@ def test_network_is_loopback_only_and_host_listener_is_unreachable(
         host_listener.accept()
 
 
-def test_runs_as_nobody_with_no_capabilities(run_py: RunPy) -> None:
+def test_judge_runs_as_nobody_with_no_capabilities(run_py: RunPy) -> None:
     info = _json(
         run_py(
             """
@@ -258,9 +261,7 @@ def test_container_is_removed_after_a_run(run_py: RunPy) -> None:
 
 
 def _leftover(labels: dict[str, str]) -> Any:
-    import docker
-
-    leftover = docker.from_env().containers.create(
+    leftover = client().containers.create(
         "kgrader/cpu:latest",
         ["python3", "-c", "import time; time.sleep(120)"],
         labels={"kgrader": "1", **labels},
@@ -280,7 +281,7 @@ def test_cleanup_removes_a_labelled_leftover(backend: DockerBackend) -> None:
 
 def test_cleanup_keeps_a_live_runs_container_unless_asked(backend: DockerBackend) -> None:
     label = f"test-live-{uuid.uuid4().hex[:8]}"
-    _leftover({"kgrader.label": label, "kgrader.owner": docker_backend._OWNER})
+    _leftover({"kgrader.label": label, "kgrader.owner": current_owner()})
     backend.cleanup()
     assert len(_containers(label)) == 1
     assert backend.cleanup(include_live=True) >= 1

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from pathlib import Path
 
 import click
 import pytest
 from click.testing import CliRunner
 
-import grader.backends.images as images
-from grader.backends.images import BuildRequest, content_hash, prepare_context
+import grader.backends.docker.images as images
+from grader.backends.docker.images import BuildRequest, content_hash, prepare_context
 from grader.cli.docker import register
 from grader.errors import InfrastructureError
 
@@ -73,3 +75,30 @@ def test_content_hash_follows_harness_and_base_but_not_caches(tmp_path: Path) ->
     assert content_hash(req, repo / "wheels", "sha256:b") != h0
     (repo / "sandbox" / "judge.py").write_text("J = 2\n")
     assert content_hash(req, repo / "wheels", "sha256:a") != h0
+
+
+def test_sandbox_cleanup_removes_dead_owners_folders_and_keeps_live_and_unmarked(
+    tmp_path: Path,
+) -> None:
+    from grader.backends.cleanup import OWNER_FILE, mark_kept, mark_owner
+
+    dead, live, kept, unmarked, other = (tmp_path / f"kgrader-eval-{n}" for n in
+                                         ("dead", "live", "kept", "unmarked", "x"))
+    for d in (dead, live, kept, unmarked):
+        d.mkdir()
+    (dead / OWNER_FILE).write_text(json.dumps({"owner": f"{socket.gethostname()}:1:12.00"}))
+    (dead / "out").mkdir()
+    (dead / "out" / ".judge-secret.json").write_text("{}")
+    mark_owner(live)
+    mark_owner(kept)
+    mark_kept(kept)
+    other.symlink_to(dead)  # a link is never followed nor removed
+    result = CliRunner().invoke(
+        _cli(), ["sandbox", "cleanup", "--temp-dir", str(tmp_path), "--no-docker", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["folders_removed"] == [str(dead)]
+    assert not dead.exists() and live.is_dir() and kept.is_dir() and unmarked.is_dir()
+    assert other.is_symlink()
+    assert report["docker"] == "not checked"

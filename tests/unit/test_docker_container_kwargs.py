@@ -8,14 +8,9 @@ import pytest
 from docker.types import DeviceRequest
 
 from grader.backends.base import SandboxSpec
-from grader.backends.docker import (
-    _decode_status,
-    _split_budget,
-    build_command,
-    container_kwargs,
-    default_image,
-    owner_alive,
-)
+from grader.backends.cleanup import owner_alive
+from grader.backends.docker import build_command, container_kwargs, default_image
+from grader.backends.docker.images import default_tag
 from grader.errors import UsageError
 from grader.limits import Limits
 
@@ -35,10 +30,8 @@ def _spec(tmp_path: Path, **kw: object) -> SandboxSpec:
 def test_isolation_options_are_all_set(tmp_path: Path) -> None:
     kw = container_kwargs(_spec(tmp_path), "img:1")
     assert kw["network_mode"] == "none"
-    assert kw["user"] == "65534:65534"
     assert kw["read_only"] is True
-    assert kw["cap_drop"] == ["ALL"]
-    assert kw["security_opt"] == ["no-new-privileges"]
+    assert kw["security_opt"] == ["no-new-privileges"]  # and no seccomp=unconfined
     assert kw["privileged"] is False
     assert kw["init"] is True
     assert kw["pids_limit"] == 64
@@ -47,18 +40,39 @@ def test_isolation_options_are_all_set(tmp_path: Path) -> None:
     assert owner_alive(kw["labels"]["kgrader.owner"])
 
 
+def test_launcher_runs_as_root_in_the_container_with_exactly_three_capabilities(
+    tmp_path: Path,
+) -> None:
+    kw = container_kwargs(_spec(tmp_path), "img:1")
+    assert kw["user"] == "0:0"
+    assert kw["cap_drop"] == ["ALL"]
+    assert sorted(kw["cap_add"]) == ["SETGID", "SETUID", "SYS_ADMIN"]
+    assert not any("seccomp" in opt or "apparmor" in opt for opt in kw["security_opt"])
+
+
+def test_argv_is_passed_unchanged(tmp_path: Path) -> None:
+    argv = ("python3", "-m", "sandbox.launch", "--x")
+    kw = container_kwargs(_spec(tmp_path, argv=argv), "img:1")
+    assert [*kw["entrypoint"], *kw["command"]] == list(argv)
+
+
 def test_memory_and_swap_limits_are_equal(tmp_path: Path) -> None:
     kw = container_kwargs(_spec(tmp_path), "img:1")
     assert kw["mem_limit"] == kw["memswap_limit"] == "512m"
 
 
-def test_tmpfs_is_size_capped_world_writable_and_ulimits_set(tmp_path: Path) -> None:
-    kw = container_kwargs(_spec(tmp_path), "img:1")
-    opts = kw["tmpfs"]["/tmp"].split(",")
-    assert "size=32m" in opts and "mode=1777" in opts and "nosuid" in opts
+def test_tmp_and_shm_are_capped_in_size_and_inodes_and_ulimits_set(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, limits=Limits(tmpfs_mib=32, tmpfs_inodes=4096))
+    kw = container_kwargs(spec, "img:1")
+    for path in ("/tmp", "/dev/shm"):
+        opts = kw["tmpfs"][path].split(",")
+        assert "size=32m" in opts and "nr_inodes=4096" in opts, opts
+        assert "mode=1777" in opts and "nosuid" in opts and "nodev" in opts
+    assert "noexec" in kw["tmpfs"]["/dev/shm"].split(",")
+    assert "shm_size" not in kw  # /dev/shm is the capped tmpfs above, not docker's own
     limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in kw["ulimits"]}
     assert limits["core"] == (0, 0)
-    assert limits["fsize"][0] == 32 << 20
+    assert limits["fsize"][0] == max(32 << 20, spec.limits.result_bytes)
     assert "nofile" in limits
 
 
@@ -80,6 +94,7 @@ def test_environment_is_explicit_and_drops_proxies(tmp_path: Path) -> None:
     assert got["PYTHONPATH"] == "/kg/harness" and got["HOME"] == "/tmp"
     assert not any(k.lower().endswith("_proxy") for k in got)
     assert got["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert got["KGRADER_DEVICE_GIDS"] == ""
     assert kw["entrypoint"] == ["python3"] and kw["command"] == ["-m", "sandbox.judge"]
 
 
@@ -100,10 +115,18 @@ def test_cuda_uses_explicit_device_ids_never_all(tmp_path: Path) -> None:
     assert "NVIDIA_VISIBLE_DEVICES" not in kw["environment"]
 
 
-@pytest.mark.parametrize("ids", [(), ("all",), ("0,1",), ("-1",), ("none",)])
-def test_cuda_rejects_missing_or_wildcard_ids(tmp_path: Path, ids: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("ids", [("all",), ("0,1",), ("-1",), ("none",), ("1", "1")])
+def test_cuda_rejects_wildcard_or_repeated_ids(tmp_path: Path, ids: tuple[str, ...]) -> None:
     with pytest.raises(UsageError):
         container_kwargs(_spec(tmp_path, device="cuda", gpu_ids=ids), "img:1")
+
+
+def test_cuda_without_ids_gets_the_first_visible_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    (req,) = container_kwargs(_spec(tmp_path, device="cuda"), "img:1")["device_requests"]
+    assert req["DeviceIDs"] == ["3"]
 
 
 def test_rocm_passes_only_kfd_and_named_render_nodes(tmp_path: Path) -> None:
@@ -117,28 +140,14 @@ def test_rocm_passes_only_kfd_and_named_render_nodes(tmp_path: Path) -> None:
     assert "device_requests" not in kw
 
 
-@pytest.mark.parametrize("ids", [(), ("/dev/dri",), ("card0",), ("renderD12x",)])
+@pytest.mark.parametrize("ids", [("/dev/dri",), ("card0",), ("renderD12x",), ("all",)])
 def test_rocm_rejects_anything_but_render_nodes(tmp_path: Path, ids: tuple[str, ...]) -> None:
     with pytest.raises(UsageError):
         container_kwargs(_spec(tmp_path, device="rocm", gpu_ids=ids), "img:1")
 
 
-def test_status_above_128_is_a_signal() -> None:
-    assert _decode_status(137) == (None, 9)
-    assert _decode_status(0) == (0, None)
-    assert _decode_status(3) == (3, None)
-    assert _decode_status(255) == (255, None)
-
-
-def test_output_budget_keeps_both_streams() -> None:
-    out, err = _split_budget(b"o" * 100, b"e" * 100, 100)
-    assert len(out) + len(err) == 100 and len(err) == 50
-    out, err = _split_budget(b"o" * 100, b"e" * 10, 100)
-    assert (len(out), len(err)) == (90, 10)
-
-
 def test_missing_image_hint_names_the_build_command() -> None:
-    assert default_image("cuda") == "kgrader/cuda:latest"
+    assert default_image("cuda") == default_tag("cuda") == "kgrader/cuda:latest"
     assert default_image("cpu") == "kgrader/cpu:latest"
     assert build_command("kgrader/cuda:latest", "cuda") == "kgrader image build --flavor cuda"
     assert "--tag my:img" in build_command("my:img", "cpu")

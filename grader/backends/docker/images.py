@@ -40,7 +40,7 @@ FLAVORS: tuple[Flavor, ...] = ("cuda", "rocm", "cpu")
 LOCAL_BASE = "kgrader/base:bookworm"
 DEFAULT_WHEEL_CACHE = Path("/var/cache/kgrader/wheels")
 HASH_LABEL = "kgrader.content-hash"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 _DOCKERFILES: dict[Flavor, str] = {
     "cuda": "Dockerfile.cuda",
@@ -54,8 +54,25 @@ log = structlog.get_logger("kgrader.images")
 
 
 def default_tag(flavor: Flavor) -> str:
-    """The tag the docker backend looks for by default for ``flavor``."""
+    """The tag the docker backend looks for by default for ``flavor``; the only place image
+    names are made (a device's flavor has the device's name)."""
     return f"kgrader/{flavor}:latest"
+
+
+def default_image(device: Flavor) -> str:
+    """The image the docker backend runs for ``device`` unless told otherwise."""
+    return default_tag(device)
+
+
+def build_command(image: str, device: Flavor) -> str:
+    """The exact command that builds ``image`` for ``device`` (for "image missing" hints)."""
+    cmd = f"kgrader image build --flavor {device}"
+    if image != default_tag(device):
+        cmd += f" --tag {image}"
+    if device == "cpu":
+        cmd += f" --base {LOCAL_BASE} --wheels {DEFAULT_WHEEL_CACHE}"
+        cmd += "  (or, as root: scripts/docker-setup.sh, which also makes the base and wheels)"
+    return cmd
 
 
 @dataclass(frozen=True)
@@ -183,18 +200,10 @@ def prepare_context(req: BuildRequest, wheels: Path | None, dest: Path) -> None:
 
 
 def connect() -> docker.DockerClient:
-    """A docker client, or :class:`InfrastructureError` saying how to start dockerd."""
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise InfrastructureError(
-            f"cannot reach dockerd: {exc}",
-            code="sandbox_unavailable",
-            hint="start it (as root): scripts/docker-setup.sh, or "
-            "dockerd --bridge=none --iptables=false &",
-        ) from exc
-    return client
+    """The docker client (:func:`grader.backends.docker.prereqs.client`)."""
+    from grader.backends.docker.prereqs import client
+
+    return client()
 
 
 def _local_image_id(client: docker.DockerClient, name: str) -> str | None:

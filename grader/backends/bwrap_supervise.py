@@ -1,0 +1,116 @@
+"""Supervising one bwrap sandbox from the host: start, drain, watch, wait, kill, classify."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+from grader.backends import cgroups
+from grader.backends.base import SandboxOutcome, SandboxSpec
+from grader.backends.classify import Evidence, classify, decode_status
+from grader.backends.enforcement import Enforcement
+from grader.backends.hoststeps import HostSteps
+from grader.backends.output import OutputDrain, collect, fd_chunks
+from grader.backends.watchdog import GpuMemoryWatchdog, Watchdog
+from grader.errors import SandboxUnavailableError
+
+
+@dataclass
+class Supervision:
+    """What the host saw of one bwrap run."""
+
+    spec: SandboxSpec
+    returncode: int | None
+    wall_s: float
+    stdout: OutputDrain
+    stderr: OutputDrain
+    evidence: Evidence
+    gpu_watchdog: bool | None  # None: none ran; else whether NVML was available
+
+    def outcome(self, enforcement: Enforcement) -> SandboxOutcome:
+        out, err, truncated = collect(self.stdout, self.stderr, self.spec.limits.output_bytes)
+        exit_code, sig = decode_status(self.returncode)
+        ev = self.evidence
+        return SandboxOutcome(
+            backend="bwrap", exit_code=exit_code, signal=sig, wall_s=self.wall_s,
+            stdout=out, stderr=err, timed_out=ev.timed_out, oom_killed=ev.oom_killed,
+            pids_limited=ev.pids_limited, output_truncated=truncated,
+            limit_fired=classify(ev), enforcement=enforcement)
+
+
+def supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
+              cg: cgroups.CgroupSet | None) -> Supervision:
+    """Run ``argv`` with ``steps`` as its pre-exec pipeline until it ends or a limit fires.
+
+    Always kills the whole tree and destroys ``cg`` before returning or raising.
+    """
+    lim = spec.limits
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, preexec_fn=steps, start_new_session=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        if cg:
+            cg.destroy()
+        raise SandboxUnavailableError(f"cannot start bwrap: {e}") from None
+    assert proc.stdout is not None and proc.stderr is not None
+    drains = [OutputDrain(fd_chunks(p.fileno()), lim.output_bytes, close=p.close)
+              for p in (proc.stdout, proc.stderr)]
+    for d in drains:
+        d.start()
+    killed = threading.Event()
+
+    def kill_tree() -> None:
+        killed.set()
+        if cg is not None:
+            cg.kill_all()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    dog = Watchdog(proc.pid, memory_bytes=None if cg else lim.memory_mib << 20,
+                   pids=None if cg else lim.pids, kill=kill_tree,
+                   pids_hit=cg.pids_hit if cg else None)
+    dog.start()
+    gdog = None
+    if spec.device == "cuda" and lim.gpu_memory_mib:
+        gdog = GpuMemoryWatchdog(proc.pid, lim.gpu_memory_mib << 20, kill_tree)
+        gdog.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=lim.wall_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_tree()
+        proc.wait()
+    except BaseException:
+        kill_tree()
+        proc.wait()
+        if cg is not None:
+            cg.destroy()
+        raise
+    finally:
+        dog.stop()
+        if gdog is not None:
+            gdog.stop()
+        if cg is not None:
+            cg.kill_all()
+        for d in drains:
+            d.join(5)
+    wall = time.monotonic() - t0
+    evidence = Evidence(
+        timed_out=timed_out,
+        oom_killed=bool(cg and cg.oom_killed()) or dog.fired == "memory_limit",
+        gpu_memory_exceeded=bool(gdog and gdog.fired),
+        pids_limited=bool(cg and cg.pids_hit()) or dog.fired == "pids_limit",
+        signal=decode_status(proc.returncode)[1],
+    )
+    if cg is not None:
+        cg.destroy()
+    return Supervision(spec=spec, returncode=proc.returncode, wall_s=wall, stdout=drains[0],
+                       stderr=drains[1], evidence=evidence,
+                       gpu_watchdog=None if gdog is None else gdog.available)

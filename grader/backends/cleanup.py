@@ -1,0 +1,231 @@
+"""Owners of sandbox leftovers, and reclaiming the leftovers of owners that are gone.
+
+Everything kgrader leaves on the host while an evaluation runs names the host process that
+made it, as ``host:pid:start-time`` (a pid alone is reused; with its start time it is not):
+
+* evaluation folders in the temp dir (``kgrader-eval-*``, ``kgrader-mode-*``, and the
+  bwrap scratch mount points ``kgrader-scratch-*``) carry a marker file
+  :data:`OWNER_FILE` written by :func:`mark_owner` right after the folder is made;
+* docker containers carry the ``kgrader.owner`` label;
+* bwrap cgroups carry the owner's pid and start time in their name.
+
+A host process killed with ``SIGKILL`` runs no ``finally``: its folders (one may still
+hold the judge's secret file), containers and cgroups stay. :func:`reclaim_orphans`
+removes those whose owner no longer runs on this host and leaves the rest alone; the
+leaderboard calls it when a run starts, ``kgrader sandbox cleanup`` on demand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import stat
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import structlog
+
+log = structlog.get_logger("kgrader.cleanup")
+OWNER_FILE = ".kgrader-owner"
+FOLDER_PREFIXES = ("kgrader-eval-", "kgrader-mode-", "kgrader-scratch-")
+UNOWNED_AFTER_S = 24 * 3600.0
+_MARKER_MAX = 4096
+_owner_cache: dict[int, str] = {}
+
+
+def owner_of(pid: int) -> str:
+    """``host:pid:start-time`` of a process (``?`` as start time when it is gone)."""
+    try:
+        started = f"{psutil.Process(pid).create_time():.2f}"
+    except psutil.Error:
+        started = "?"
+    return f"{socket.gethostname()}:{pid}:{started}"
+
+
+def current_owner() -> str:
+    """This process's owner token (recomputed after a fork: the pid changed)."""
+    pid = os.getpid()
+    if pid not in _owner_cache:
+        _owner_cache[pid] = owner_of(pid)
+    return _owner_cache[pid]
+
+
+def owner_alive(owner: str | None) -> bool:
+    """Whether the process an owner token names still runs on this host."""
+    if not owner or owner.count(":") < 2:
+        return False
+    host, pid, started = owner.rsplit(":", 2)
+    if host != socket.gethostname() or not pid.isdigit() or started == "?":
+        return False
+    return owner_of(int(pid)) == owner
+
+
+def mark_owner(root: Path) -> None:
+    """Record this process as the owner of the fresh folder ``root``.
+
+    Call it right after creating the folder. The marker is made exclusively and never
+    through a link; ``root`` must be a directory of this user that the sandbox cannot write.
+    """
+    _write_marker(root, {"owner": current_owner(), "keep": False}, exclusive=True)
+
+
+def mark_kept(root: Path) -> None:
+    """Mark ``root`` as kept on purpose (``--keep``): cleanup never removes it."""
+    _write_marker(root, {"owner": current_owner(), "keep": True}, exclusive=False)
+
+
+def _write_marker(root: Path, body: dict[str, Any], *, exclusive: bool) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
+    fd = os.open(root / OWNER_FILE, flags, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(body, f)
+
+
+def read_marker(root: Path) -> dict[str, Any] | None:
+    """The marker of ``root``, or ``None`` when it is absent or not one kgrader wrote."""
+    try:
+        fd = os.open(root / OWNER_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(_MARKER_MAX + 1)
+    try:
+        body = json.loads(raw) if len(raw) <= _MARKER_MAX else None
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("owner"), str):
+        return None
+    return body
+
+
+@dataclass(frozen=True)
+class CleanupReport:
+    """What :func:`reclaim_orphans` removed and what it left, by kind."""
+
+    folders_removed: tuple[str, ...] = ()
+    folders_kept: tuple[str, ...] = ()
+    containers_removed: tuple[str, ...] = ()
+    containers_kept: tuple[str, ...] = ()
+    cgroups_removed: tuple[str, ...] = ()
+    docker: str = "not checked"
+    errors: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def removed(self) -> int:
+        return len(self.folders_removed) + len(self.containers_removed) + len(self.cgroups_removed)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _folder_verdict(path: Path, include_live: bool, now: float) -> str:
+    """``remove`` or why the folder stays (``live``, ``kept``, ``unowned``, ``foreign``)."""
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return "foreign"  # a link, a file, or another user's folder: never ours to delete
+    marker = read_marker(path)
+    if marker is None:
+        # Folders made before markers existed (or in the instant before the marker): only
+        # once they are older than any evaluation could run.
+        return "remove" if now - st.st_mtime > UNOWNED_AFTER_S or include_live else "unowned"
+    if marker.get("keep") is True:
+        return "kept"
+    if owner_alive(marker["owner"]) and not include_live:
+        return "live"
+    return "remove"
+
+
+def reclaim_folders(
+    temp_dir: Path | None = None, *, include_live: bool = False
+) -> tuple[list[str], list[str], list[str]]:
+    """``(removed, kept, errors)`` for evaluation folders in ``temp_dir`` (default: the
+    temp dir)."""
+    base = Path(temp_dir or tempfile.gettempdir())
+    removed: list[str] = []
+    kept: list[str] = []
+    errors: list[str] = []
+    now = time.time()
+    try:
+        entries = sorted(base.iterdir())
+    except OSError as exc:
+        return removed, kept, [f"cannot list {base}: {exc}"]
+    for path in entries:
+        if not path.name.startswith(FOLDER_PREFIXES):
+            continue
+        try:
+            verdict = _folder_verdict(path, include_live, now)
+        except OSError:
+            continue  # vanished meanwhile
+        if verdict != "remove":
+            if verdict != "foreign":
+                kept.append(f"{path} ({verdict})")
+            continue
+        try:
+            # rmtree works through directory fds and never follows a link the sandbox
+            # may have planted inside.
+            shutil.rmtree(path)
+            removed.append(str(path))
+        except OSError as exc:
+            errors.append(f"{path}: {exc}")
+    return removed, kept, errors
+
+
+def reclaim_orphans(
+    *,
+    temp_dir: Path | None = None,
+    include_live: bool = False,
+    docker: bool = True,
+    cgroups: bool = True,
+) -> CleanupReport:
+    """Remove the folders, containers and cgroups of kgrader processes that are gone.
+
+    Anything whose owner still runs on this host is left alone unless ``include_live``.
+    Docker is optional: without the SDK or a reachable daemon the report says so and the
+    rest still happens. Never raises for a single item; its error is in the report.
+    """
+    folders_removed, folders_kept, errors = reclaim_folders(temp_dir, include_live=include_live)
+    cg_removed: list[str] = []
+    if cgroups:
+        from grader.backends import cgroups as cg
+
+        cg_removed = cg.reclaim_stale(owner_alive, include_live=include_live)
+    c_removed: list[str] = []
+    c_kept: list[str] = []
+    docker_state = "not checked"
+    if docker:
+        try:
+            from grader.backends.docker.cleanup import reclaim_containers
+            from grader.backends.docker.prereqs import client
+
+            c_removed, c_kept = reclaim_containers(client(), include_live=include_live)
+            docker_state = "checked"
+        except ImportError as exc:
+            docker_state = f"unavailable: {exc}"
+        except Exception as exc:  # no daemon: a bwrap-only host still gets its folders back
+            docker_state = f"unavailable: {str(exc).splitlines()[0]}"
+    report = CleanupReport(
+        folders_removed=tuple(folders_removed),
+        folders_kept=tuple(folders_kept),
+        containers_removed=tuple(c_removed),
+        containers_kept=tuple(c_kept),
+        cgroups_removed=tuple(cg_removed),
+        docker=docker_state,
+        errors=tuple(errors),
+    )
+    log.info("cleanup.done", folders=len(folders_removed), containers=len(c_removed),
+             cgroups=len(cg_removed), kept=len(folders_kept) + len(c_kept),
+             docker=docker_state, errors=len(errors))
+    return report
+
+
+def remove_quietly(path: Path) -> None:
+    """Remove a folder this process made (best effort, for ``finally`` blocks)."""
+    with contextlib.suppress(OSError):
+        shutil.rmtree(path)
