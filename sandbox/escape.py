@@ -34,7 +34,10 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
         # wide enough that host load (two evaluations on two cores) never trips it.
         budget = max(2.0, 0.5 * (_median(judge_ms) - _median(noop_overhead)))
     else:
-        budget = max(0.1, 0.25 * med_ms)
+        # The launch itself (Triton's Python launcher, argument handling) is host time the
+        # empty call does not have: 0.10 ms for vector_add on an H200 (seen), so the floor
+        # leaves twice that. The idle-tail check below is the precise one on CUDA.
+        budget = max(0.2, 0.25 * med_ms)
     hidden = _median([j - m for j, m in zip(judge_ms, ms, strict=True)]) - _median(noop_overhead)
     out: dict[str, Any] = {"hidden_ms": hidden, "budget_ms": budget, "escaped": hidden > budget,
                            "flagged": sum(1 for j, m in zip(judge_ms, ms, strict=True)
