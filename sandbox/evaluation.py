@@ -91,7 +91,9 @@ class Evaluation:
         self.stages: list[str] = secret.get("stages") or ["compile", "correctness", "benchmark"]
         self.shape_kinds: list[str] = secret.get("shape_kinds") or ["tune", "hidden"]
         self.errors: list[dict[str, Any]] = []
-        self.warnings: list[str] = []
+        from sandbox.identity import launch_warnings
+
+        self.warnings: list[str] = launch_warnings()  # what of the runner isolation did not hold
         self.stage: str | None = None
         self.result: dict[str, Any] = {}
         self.sides: list[Side] = []
@@ -180,6 +182,8 @@ class Evaluation:
         except RunnerFailure as e:
             raise self._fail(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
+        if stage in ("benchmark", "accept"):
+            self._check_isolation(stage)
         if stage in ("benchmark", "accept") and (reply.get("streams") or reply.get("stream_ok") is False):
             raise StageError(stage, "side_stream",
                              f"the candidate created {reply.get('streams')} CUDA stream(s) or left the "
@@ -202,6 +206,25 @@ class Evaluation:
         return {"ms": float(ms), "wall_ms": float(wall), "judge_ms": judge_ms,
                 "tail_ms": float(tail) if isinstance(tail, int | float) and math.isfinite(tail) else 0.0,
                 "threads": int(reply.get("threads", -1))}
+
+    def _check_isolation(self, stage: str) -> None:
+        """Each runner uid owns its one process; on CUDA no foreign compute process (identity.py)."""
+        from sandbox import identity, nvml
+
+        try:
+            extra = identity.extra_runner_processes({s.runner.proc.pid: s.runner.uid for s in self.sides})
+        except identity.IsolationUnavailable as e:
+            raise StageError("sandbox", identity.ISOLATION_CODE, str(e)) from None
+        if extra:
+            origin = "current" if {e.owner for e in extra} == {self.s.get("current")} else "candidate"
+            raise StageError(stage, "runner_spawned_process", identity.describe(extra),
+                             detail={"origin": origin, "pids": [e.pid for e in extra][:20]})
+        if self.dev == "cuda":
+            if not hasattr(self, "_nvml_handle"):
+                self._nvml_handle = self.nvml()[0]
+            foreign = nvml.foreign_compute_processes(self._nvml_handle, 1 + len(self.sides))
+            if foreign is not None:
+                raise StageError(stage, "foreign_gpu_process", foreign, detail={"origin": "candidate"})
 
     def _check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
                stage: str, where: dict[str, Any]) -> None:
@@ -265,6 +288,8 @@ class Evaluation:
                         self.task.get("benchmark", {}), self.gpu_fraction(),
                         self.left(self.compile_deadline))
         except RunnerFailure as e:
+            if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
+                raise StageError("sandbox", e.code, e.message, detail=e.detail) from None
             # Nothing of the candidate has run yet: the harness itself failed to start.
             raise StageError("sandbox", "runner_setup_failed",
                              f"the runner harness failed before loading the candidate: {e.message}",

@@ -19,13 +19,41 @@ def _prctl(option: int, arg: int) -> int:
 def make_undumpable() -> None:
     """Forbid ptrace, /proc/PID/mem and /proc/PID/fd access by same-uid processes.
 
-    The judge and the runners share a uid inside the sandbox; without this a runner could
-    read the judge's key from its memory or write to its file descriptors. Fails closed.
+    Runners run under uids of their own (``sandbox.identity``); this still keeps a
+    candidate's helper processes -- same uid as its runner -- out of the runner's memory and
+    descriptors, and the judge's core out of any dump. Fails closed.
     """
     if _prctl(PR_SET_DUMPABLE, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class LockdownFailed(Exception):
+    """The runner could not be confined; it must exit before importing anything untrusted."""
+
+
+LOCKDOWN_EXIT = 97  # the runner's exit status when lock_down_runner fails (before any answer)
+
+
+def lock_down_runner() -> None:
+    """Confine the runner before the candidate is imported. Idempotent; fails closed.
+
+    Not dumpable, then checks its identity (own uid, no capability, no_new_privs, private
+    0700 HOME -- see ``sandbox.identity``), moves into HOME, then installs the seccomp
+    filter (``sandbox.seccomp``) on every thread. ``sandbox.runner_boot`` calls it before
+    torch is imported; ``sandbox.runner.main`` calls it again before serving.
+    """
+    from sandbox import identity, seccomp
+
+    try:
+        make_undumpable()
+        identity.verify_runner()
+        os.chdir(os.environ["HOME"])
+        if not seccomp.installed():
+            seccomp.install()
+    except (OSError, KeyError, identity.IsolationUnavailable) as e:
+        raise LockdownFailed(f"{type(e).__name__}: {e}") from None
 
 
 def clean_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -222,7 +222,7 @@ def main() -> None:
     p.add_argument("--entry", default="launch")
     p.add_argument("--device", default="cpu")
     args = p.parse_args()
-    harden.make_undumpable()
+    harden.lock_down_runner()  # own uid, no caps, seccomp: before the candidate is imported
     Runner(args).serve()
     sys.stdout.flush()
     os._exit(0)
