@@ -74,7 +74,9 @@ def get() -> CapSets:
     if _libc.capget(ctypes.byref(hdr), data) != 0:
         err = ctypes.get_errno()
         raise CapError(err, f"capget: {os.strerror(err)}")
-    join = lambda f: getattr(data[0], f) | (getattr(data[1], f) << 32)  # noqa: E731
+    def join(field: str) -> int:
+        return int(getattr(data[0], field)) | (int(getattr(data[1], field)) << 32)
+
     return CapSets(join("effective"), join("permitted"), join("inheritable"))
 
 

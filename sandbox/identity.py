@@ -123,12 +123,11 @@ def prepare_fork() -> None:
     caps.clear_ambient()
 
 
-def spawn_kwargs(ident: RunnerIdentity) -> dict[str, object]:
-    """``subprocess.Popen`` arguments that switch the child (in C, before exec) to ``ident``."""
-    return {"user": ident.uid, "group": ident.gid, "extra_groups": list(ident.groups),
-            # Popen changes directory before it switches uid: the judge cannot enter the
-            # runner's 0700 HOME, so the runner moves there itself (harden.lock_down_runner).
-            "cwd": os.path.dirname(ident.home), "umask": 0o077}
+def spawn_cwd(ident: RunnerIdentity) -> str:
+    """The child's working folder at exec: ``Popen`` changes directory before it switches
+    uid, and the judge cannot enter the runner's 0700 HOME, so the runner moves there itself
+    (``harden.lock_down_runner``)."""
+    return os.path.dirname(ident.home)
 
 
 def kill_all(ident: RunnerIdentity, timeout: float = 10.0) -> None:
@@ -139,13 +138,12 @@ def kill_all(ident: RunnerIdentity, timeout: float = 10.0) -> None:
     (in this pid namespace) except itself: the runner and everything it started.
     """
     prepare_fork()
-    try:
+    # On failure the caller still kills the runner's process group and waits for it.
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run([sys.executable, "-I", "-S", "-c", "import os; os.kill(-1, 9)"],
                        env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=timeout, check=False,
                        user=ident.uid, group=ident.gid, extra_groups=[], cwd="/")
-    except (OSError, subprocess.SubprocessError):
-        pass  # the caller still kills the runner's process group and waits for it
 
 
 @dataclass(frozen=True)
@@ -294,4 +292,4 @@ def dumpable() -> int:
 __all__ = ["ExtraProcess", "IsolationUnavailable", "RunnerIdentity", "check_runner_processes", "describe",
            "extra_runner_processes", "kill_all",
            "launch_enforcement", "launch_status", "launch_warnings", "new_runner_identity",
-           "prepare_fork", "require_spawn_caps", "spawn_kwargs", "verify_runner"]
+           "prepare_fork", "require_spawn_caps", "spawn_cwd", "verify_runner"]

@@ -57,8 +57,9 @@ class RunnerHandle:
             self.proc = subprocess.Popen(
                 cmd, pass_fds=(j2r_r, r2j_w, *pass_fds),
                 env=harden.clean_env(device, self.identity.env()),
-                stdin=subprocess.DEVNULL, start_new_session=True,
-                **identity.spawn_kwargs(self.identity),  # type: ignore[arg-type]
+                stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077,
+                user=self.uid, group=self.identity.gid, extra_groups=list(self.identity.groups),
+                cwd=identity.spawn_cwd(self.identity),
             )
         except OSError as e:  # setgroups/setregid/setreuid refused in the child
             for fd in (j2r_r, j2r_w, r2j_r, r2j_w):

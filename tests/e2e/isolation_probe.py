@@ -46,8 +46,8 @@ time.sleep(60)
 def _status() -> dict[str, Any]:
     st = caps.status("/proc/self/status")
     keys = ("Uid", "Gid", "Groups", "CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd", "NoNewPrivs")
-    mounts = [line.split(" - ")[1].split()[2] for line in open("/proc/self/mountinfo")
-              if line.split()[4] == "/proc"]
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split(" - ")[1].split()[2] for line in f if line.split()[4] == "/proc"]
     return {"status": {k: st.get(k, "") for k in keys}, "launch": identity.launch_status(),
             "warnings": identity.launch_warnings(), "proc_options": mounts[-1] if mounts else None}
 
@@ -56,7 +56,8 @@ def _spawn(ident: identity.RunnerIdentity, *args: str) -> subprocess.Popen[str]:
     identity.prepare_fork()
     return subprocess.Popen([sys.executable, "-c", _CHILD, *args], stdout=subprocess.PIPE,
                             text=True, env={"PATH": "/usr/bin:/bin", **ident.env()},
-                            start_new_session=True, **identity.spawn_kwargs(ident))  # type: ignore[call-overload]
+                            start_new_session=True, user=ident.uid, group=ident.gid,
+                            extra_groups=list(ident.groups), cwd=identity.spawn_cwd(ident))
 
 
 def _judge() -> dict[str, Any]:
