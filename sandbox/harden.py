@@ -57,7 +57,11 @@ def lock_down_runner() -> None:
 
 
 def clean_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The runner's whole environment: nothing inherited from the judge."""
+    """The runner's whole environment: nothing inherited from the judge.
+
+    ``extra`` (``RunnerIdentity.env()``) replaces HOME, TMPDIR and the caches with the
+    runner's own 0700 folder.
+    """
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
@@ -67,6 +71,9 @@ def clean_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str
         "PYTHONUNBUFFERED": "1",
         "TRITON_CACHE_DIR": "/tmp/.triton",
         "TORCHINDUCTOR_CACHE_DIR": "/tmp/.inductor",
+        # Compile in-process: inductor's worker pool would outlive the call and count as a
+        # process the candidate spawned (runner_spawned_process).
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         "LANG": "C.UTF-8",
     }

@@ -285,11 +285,7 @@ def verify_runner() -> None:
         raise IsolationUnavailable(f"runner HOME {home!r} is not a 0700 folder of uid {uids[0]}")
 
 
-def dumpable() -> int:
-    return caps.prctl(caps.PR_GET_DUMPABLE, what="PR_GET_DUMPABLE")
-
-
-__all__ = ["ExtraProcess", "IsolationUnavailable", "RunnerIdentity", "check_runner_processes", "describe",
-           "extra_runner_processes", "kill_all",
-           "launch_enforcement", "launch_status", "launch_warnings", "new_runner_identity",
-           "prepare_fork", "require_spawn_caps", "spawn_cwd", "verify_runner"]
+__all__ = ["ExtraProcess", "IsolationUnavailable", "RunnerIdentity", "check_runner_processes",
+           "describe", "extra_runner_processes", "kill_all", "launch_enforcement", "launch_status",
+           "launch_warnings", "new_runner_identity", "prepare_fork", "require_spawn_caps",
+           "spawn_cwd", "verify_runner"]

@@ -37,10 +37,12 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     "timer_patch.py": ({"benchmark"}, {"work_escaped_timing"}),
     "checker_patch.py": ({"correctness"}, {"wrong_values"}),
     "fake_report_print.py": ({"correctness"}, {"wrong_values"}),
-    "result_forgery.py": ({"sandbox"}, {"result_forged"}),
+    "result_forgery.py": ({"compile"}, {"exception"}),  # /kg/out belongs to the judge's uid
     "early_exit.py": ({"compile"}, {"early_exit"}),
     "system_exit.py": ({"compile"}, {"early_exit"}),
-    "kill_judge.py": ({"sandbox"}, {"judge_died"}),
+    "kill_judge.py": ({"compile"}, {"exception"}),  # another uid: the kill is refused
+    "sigstop_other_runner.py": ({"benchmark"}, {"runner_spawned_process"}),
+    "ptrace_judge.py": ({"compile"}, {"import"}),
     "tf32_flip.py": ({"compile"}, {"precision_flags_changed"}),
     "infinite_loop_launch.py": ({"correctness"}, {"timeout"}),
     "memory_bomb.py": ({"compile"}, {"memory_limit"}),
