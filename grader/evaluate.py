@@ -39,7 +39,7 @@ from sandbox import wire
 log = structlog.get_logger("kgrader.evaluate")
 StageName = Literal["compile", "correctness", "benchmark"]
 DeviceName = Literal["auto", "cpu", "cuda", "rocm"]
-JUDGE_ARGV = ("python3", "-m", "sandbox.judge")
+JUDGE_ARGV = ("python3", "-m", "sandbox.launch")  # the launcher execs the judge
 
 
 class Source(BaseModel):

@@ -14,7 +14,7 @@ from sandbox import stats
 from sandbox.benchmark import SideClock, check_threads, warm_up
 from sandbox.evaluation import Evaluation
 from sandbox.failure import StageFailure
-from sandbox.sides import Side
+from sandbox.sides import Side, paired_buffers
 from sandbox.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
 
 
@@ -56,16 +56,24 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
 
 
 def open_pair(ev: Evaluation, cand: Side | None = None) -> tuple[Side, Side]:
-    """A current-best runner beside ``cand`` (or a fresh candidate), mapped to each other."""
+    """A current-best runner beside ``cand`` (or a fresh candidate).
+
+    On CUDA both runners are fresh and each also maps the other's buffer (handed over at
+    spawn), so that paired timing can swap buffers; ``cand`` is closed. On the CPU the
+    sides keep their own buffers and ``cand`` is reused."""
     assert ev.req.candidate is not None and ev.req.current is not None
+    bufs: tuple[tuple[object, ...], tuple[object, ...]] = ((), ())
+    if ev.dev == "cuda":
+        if cand is not None:
+            ev.close_side(cand)
+            cand = None
+        bufs = paired_buffers(ev.nbytes)
     if cand is None:
-        cand = ev.open_side(ev.req.candidate, "accept")
+        cand = ev.open_side(ev.req.candidate, "accept", bufs[0])
     try:
-        cur = ev.open_side(ev.req.current, "accept")
+        cur = ev.open_side(ev.req.current, "accept", bufs[1])
     except StageFailure as e:
         raise e.renamed("current_", "the current best failed to load: ") from None
-    cand.map_other(cur, ev.left(ev.run_deadline))
-    cur.map_other(cand, ev.left(ev.run_deadline))
     return cand, cur
 
 

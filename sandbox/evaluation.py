@@ -42,7 +42,9 @@ class Evaluation:
         self.device: str = req.device
         self.dev = "cuda" if self.device == "cuda" else "cpu"
         self.errors: list[ErrorWire] = []
-        self.warnings: list[str] = []
+        from sandbox.identity import launch_warnings
+
+        self.warnings: list[str] = launch_warnings()  # what of the runner isolation did not hold
         self.stage: ErrorStage | None = None
         self.sides: list[Side] = []
         self.rng = random.Random(req.phase_seed)
@@ -123,13 +125,17 @@ class Evaluation:
         return outs
 
     # ---- sides ---------------------------------------------------------------------
-    def open_side(self, path: str, stage: ErrorStage) -> Side:
-        """Start a runner for ``path`` and load the module (the compile stage's work)."""
+    def open_side(self, path: str, stage: ErrorStage, buffers: tuple[Any, ...] = ()) -> Side:
+        """Start a runner for ``path`` and load the module (the compile stage's work).
+
+        ``buffers`` (CUDA): this side's own buffer, then the ones it trades with."""
         try:
             side = Side(path, self.task.entrypoint, self.dev, self.nbytes, self.task.benchmark,
                         self.gpu_fraction(), self.left(self.compile_deadline),
-                        audit_ops=self.task.audit_ops)
+                        audit_ops=self.task.audit_ops, buffers=buffers)
         except RunnerFailure as e:
+            if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
+                raise infrastructure(e.code, e.message, e.detail) from None
             # Nothing of the candidate has run yet: the harness itself failed to start.
             raise infrastructure("runner_setup_failed", "the runner harness failed before loading "
                                  f"the candidate: {e.message}", e.detail) from None
@@ -181,6 +187,8 @@ class Evaluation:
                                f"the candidate wrote outside its tensors: into the guard band "
                                f"{what} ({at} bytes in) for dims {where.get('dims')}",
                                detail={**where, "region": what, "offset": at, "side": side.path})
+        if stage in ("benchmark", "accept"):
+            self._check_isolation(stage)
         if stage in ("benchmark", "accept") and (reply.get("streams") or reply.get("stream_ok") is False):
             raise StageFailure(stage, "side_stream",
                                f"the candidate created {reply.get('streams')} CUDA stream(s) or left "
@@ -213,6 +221,27 @@ class Evaluation:
         return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms,
                 "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
                 "threads": int(reply.get("threads", -1))}
+
+    def _check_isolation(self, stage: ErrorStage) -> None:
+        """Each runner uid owns its one process; on CUDA no foreign compute process."""
+        from sandbox import identity, nvml
+
+        try:
+            extra = identity.extra_runner_processes(
+                {s.runner.proc.pid: s.runner.uid for s in self.sides})
+        except identity.IsolationUnavailable as e:
+            raise infrastructure(identity.ISOLATION_CODE, str(e)) from None
+        if extra:
+            current = {e.owner for e in extra} == {self.req.current}
+            raise StageFailure(stage, ("current_" if current else "") + "runner_spawned_process",
+                               identity.describe(extra),
+                               detail={"pids": [e.pid for e in extra][:20]})
+        if self.dev == "cuda":
+            if not hasattr(self, "_nvml_handle"):
+                self._nvml_handle = self.nvml()[0]
+            foreign = nvml.foreign_compute_processes(self._nvml_handle, 1 + len(self.sides))
+            if foreign is not None:
+                raise StageFailure(stage, "foreign_gpu_process", foreign)
 
     def check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
               stage: ErrorStage, where: dict[str, Any]) -> None:

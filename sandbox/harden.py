@@ -19,8 +19,9 @@ def _prctl(option: int, arg: int) -> int:
 def make_undumpable() -> None:
     """Forbid ptrace, /proc/PID/mem and /proc/PID/fd access by same-uid processes.
 
-    The judge and the runners share a uid inside the sandbox; without this a runner could
-    read the judge's key from its memory or write to its file descriptors. Fails closed.
+    Runners run under uids of their own (``sandbox.identity``); this still keeps a
+    candidate's helper processes -- same uid as its runner -- out of the runner's memory and
+    descriptors, and the judge's core out of any dump. Fails closed.
     """
     if _prctl(PR_SET_DUMPABLE, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
@@ -28,8 +29,39 @@ def make_undumpable() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+class LockdownFailed(Exception):
+    """The runner could not be confined; it must exit before importing anything untrusted."""
+
+
+LOCKDOWN_EXIT = 97  # the runner's exit status when lock_down_runner fails (before any answer)
+
+
+def lock_down_runner() -> None:
+    """Confine the runner before the candidate is imported. Idempotent; fails closed.
+
+    Not dumpable, then checks its identity (own uid, no capability, no_new_privs, private
+    0700 HOME -- see ``sandbox.identity``), moves into HOME, then installs the seccomp
+    filter (``sandbox.seccomp``) on every thread. ``sandbox.runner_boot`` calls it before
+    torch is imported; ``sandbox.runner.main`` calls it again before serving.
+    """
+    from sandbox import identity, seccomp
+
+    try:
+        make_undumpable()
+        identity.verify_runner()
+        os.chdir(os.environ["HOME"])
+        if not seccomp.installed():
+            seccomp.install()
+    except (OSError, KeyError, identity.IsolationUnavailable) as e:
+        raise LockdownFailed(f"{type(e).__name__}: {e}") from None
+
+
 def clean_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The runner's whole environment: nothing inherited from the judge."""
+    """The runner's whole environment: nothing inherited from the judge.
+
+    ``extra`` (``RunnerIdentity.env()``) replaces HOME, TMPDIR and the caches with the
+    runner's own 0700 folder.
+    """
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
@@ -39,6 +71,9 @@ def clean_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str
         "PYTHONUNBUFFERED": "1",
         "TRITON_CACHE_DIR": "/tmp/.triton",
         "TORCHINDUCTOR_CACHE_DIR": "/tmp/.inductor",
+        # Compile in-process: inductor's worker pool would outlive the call and count as a
+        # process the candidate spawned (runner_spawned_process).
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
         "LANG": "C.UTF-8",
     }

@@ -52,3 +52,65 @@ class Nvml:
             "temperature_c": self._uint("nvmlDeviceGetTemperature", NVML_TEMPERATURE_GPU),
             "throttle": None if rc != 0 else [n for bit, n in _THROTTLE.items() if reasons.value & bit],
         }
+
+
+class _ProcessInfo(ctypes.Structure):
+    """nvmlProcessInfo_t (the _v2/_v3 calls): pid, used memory, GPU/compute instance ids."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+class _ProcessInfoV1(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+
+
+def compute_processes(nv: Nvml) -> list[int] | None:
+    """Pids (as NVML reports them: host pids) of the compute processes on the device.
+
+    None when the driver cannot say. The list can grow between the two calls; the second
+    asks for room to spare and retries a few times.
+    """
+    for fn, struct in (("nvmlDeviceGetComputeRunningProcesses_v3", _ProcessInfo),
+                       ("nvmlDeviceGetComputeRunningProcesses_v2", _ProcessInfo),
+                       ("nvmlDeviceGetComputeRunningProcesses", _ProcessInfoV1)):
+        call = getattr(nv.lib, fn, None)
+        if call is None:
+            continue
+        count = ctypes.c_uint(0)
+        rc = call(nv.handle, ctypes.byref(count), None)
+        for _ in range(4):
+            if rc == 0 and count.value == 0:
+                return []
+            if rc not in (0, NVML_ERROR_INSUFFICIENT_SIZE):
+                return None
+            size = count.value + 8
+            buf = (struct * size)()
+            count = ctypes.c_uint(size)
+            rc = call(nv.handle, ctypes.byref(count), buf)
+            if rc == 0:
+                return [int(buf[i].pid) for i in range(count.value)]
+        return None
+    return None
+
+
+def foreign_compute_processes(nv: Nvml | None, expected: int) -> str | None:
+    """A message when the device runs more compute processes than the judge started.
+
+    ``expected`` counts the judge and its live runners. A helper process of a runner that
+    opened its own CUDA context (to compete for the GPU during the other side's timing, or
+    to keep working after a call returned) shows up here even though it is invisible to
+    the runner's own accounting. Assumes the sandbox has the device to itself (kgrader
+    assigns GPUs per sandbox); without NVML it returns None (the report already says why
+    device state is unmeasured) and the process count by uid still holds.
+    """
+    if nv is None:
+        return None
+    pids = compute_processes(nv)
+    if pids is None or len(pids) <= expected:
+        return None
+    return (f"{len(pids)} compute processes on the device but the judge started {expected} "
+            f"(judge and runners); NVML pids: {sorted(pids)[:10]}")

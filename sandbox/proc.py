@@ -1,4 +1,11 @@
-"""The judge's handle on one runner process: spawn, request with a deadline, kill."""
+"""The judge's handle on one runner process: spawn, request with a deadline, kill.
+
+Each runner runs under its own uid (``sandbox.identity``): the child switches groups, gid
+and uid in C before exec (``Popen(user=, group=, extra_groups=)``), after the judge emptied
+the forking thread's inheritable and ambient capability sets, so the runner starts with no
+capability at all. ``sandbox.runner_boot`` then checks all of that and installs seccomp
+before torch or the candidate is imported.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox import harden, protocol
+from sandbox import harden, identity, protocol
 
 
 @dataclass
@@ -25,19 +32,40 @@ class RunnerFailure(Exception):
 
 
 class RunnerHandle:
-    """One runner (one untrusted module), driven over two pipes."""
+    """One runner (one untrusted module) under its own uid, driven over two pipes.
+
+    Raises RunnerFailure(``runner_isolation_unavailable``) when the runner cannot get an
+    identity of its own (no CAP_SETUID in the judge, uids exhausted): an infrastructure
+    fault, and no runner is started.
+    """
 
     def __init__(self, module_path: str, entry: str, device: str, pass_fds: tuple[int, ...] = ()):
+        try:
+            self.identity = identity.new_runner_identity(module_path)
+            identity.prepare_fork()
+        except (identity.IsolationUnavailable, OSError) as e:
+            raise RunnerFailure(identity.ISOLATION_CODE, str(e)) from None
+        self.uid = self.identity.uid
+        self.device = device
+        self.answered = False  # before the first answer, no candidate code has run
         j2r_r, j2r_w = os.pipe()
         r2j_r, r2j_w = os.pipe()
-        self.device = device
-        cmd = [sys.executable, "-m", "sandbox.runner", "--read-fd", str(j2r_r),
+        cmd = [sys.executable, "-m", "sandbox.runner_boot", "--read-fd", str(j2r_r),
                "--write-fd", str(r2j_w), "--module", module_path, "--entry", entry,
                "--device", device]
-        self.proc = subprocess.Popen(
-            cmd, pass_fds=(j2r_r, r2j_w, *pass_fds), env=harden.clean_env(device),
-            stdin=subprocess.DEVNULL, start_new_session=True, cwd="/tmp",
-        )
+        try:
+            self.proc = subprocess.Popen(
+                cmd, pass_fds=(j2r_r, r2j_w, *pass_fds),
+                env=harden.clean_env(device, self.identity.env()),
+                stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077,
+                user=self.uid, group=self.identity.gid, extra_groups=list(self.identity.groups),
+                cwd=identity.spawn_cwd(self.identity),
+            )
+        except OSError as e:  # setgroups/setregid/setreuid refused in the child
+            for fd in (j2r_r, j2r_w, r2j_r, r2j_w):
+                os.close(fd)
+            raise RunnerFailure(identity.ISOLATION_CODE,
+                                f"cannot start the runner as uid {self.uid}: {e}") from None
         os.close(j2r_r)
         os.close(r2j_w)
         self.wfd, self.rfd = j2r_w, r2j_r
@@ -76,6 +104,7 @@ class RunnerHandle:
         except protocol.ProtocolViolation as e:
             self.kill()
             raise RunnerFailure("protocol_violation", f"runner sent an invalid message: {e}") from None
+        self.answered = True
         if reply.get("ok") is True:
             return reply
         err = reply.get("error")
@@ -97,6 +126,11 @@ class RunnerHandle:
             self.kill()
             rc = self.proc.wait()
         self.kill()
+        if rc == harden.LOCKDOWN_EXIT and not self.answered:
+            return RunnerFailure(identity.ISOLATION_CODE,
+                                 f"runner uid {self.uid} could not be confined (identity check or "
+                                 "seccomp filter failed; see the sandbox's stderr)",
+                                 detail={"exit_code": rc})
         if rc == -signal.SIGXFSZ:
             return RunnerFailure("disk_limit", "runner exceeded the file-size limit (SIGXFSZ)",
                                  detail={"signal": -rc})
@@ -108,9 +142,11 @@ class RunnerHandle:
                              "(os._exit, sys.exit or a crash)", detail={"exit_code": rc})
 
     def kill(self) -> None:
+        """Kill the runner and every process of its uid (the judge has no CAP_KILL)."""
+        identity.kill_all(self.identity)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             self.proc.kill()
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from sandbox.acceptance import measure_pairs
 from sandbox.benchmark import warm_up
 from sandbox.evaluation import Evaluation
+from sandbox.sides import paired_buffers
 
 
 def _round(xs: tuple[float, ...]) -> list[float]:
@@ -28,10 +29,9 @@ def run_calibration(ev: Evaluation) -> None:
     for sc in ev.req.calibrate.scenarios:
         t0 = time.monotonic()
         ev.compile_deadline = t0 + ev.req.limits.compile_s
-        cur = ev.open_side(sc["current"], "compile")
-        cand = ev.open_side(sc["candidate"], "compile")
-        cand.map_other(cur, ev.left(ev.run_deadline))
-        cur.map_other(cand, ev.left(ev.run_deadline))
+        bufs = paired_buffers(ev.nbytes) if ev.dev == "cuda" else ((), ())
+        cand = ev.open_side(sc["candidate"], "compile", bufs[0])
+        cur = ev.open_side(sc["current"], "compile", bufs[1])
         warm_up(ev, [cand, cur], ev.slots(), "accept")
         decisions: list[dict[str, Any]] = []
         for _ in range(int(sc.get("decisions", ev.req.calibrate.decisions))):

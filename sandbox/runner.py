@@ -79,11 +79,18 @@ class Runner:
             fd = int(msg["memfd"])
             self._mm = mmap.mmap(fd, int(msg["nbytes"]))
             self.base = torch.frombuffer(self._mm, dtype=torch.uint8)
+            self.bases = [self.base]
         else:
-            self.base = msg["tensor"]
+            from sandbox.gpu_share import import_buffer
+
+            self._gpu = [import_buffer(int(fd), int(n))
+                         for fd, n in zip(msg["gpu_fds"], msg["sizes"], strict=True)]
+            for fd in msg["gpu_fds"]:
+                os.close(int(fd))
+            self.bases = [b.tensor for b in self._gpu]
+            self.base = self.bases[0]
             if msg.get("gpu_fraction"):
                 torch.cuda.set_per_process_memory_fraction(float(msg["gpu_fraction"]))
-        self.bases = [self.base]
         self.allow_tf32 = bool(msg.get("allow_tf32", False))
         self.cuda_graph = bool(msg.get("cuda_graph", False)) and self.device == "cuda"
         self.audit_ops = bool(msg.get("audit_ops", False))
@@ -232,9 +239,6 @@ class Runner:
             op = msg.get("op")
             if op == "setup":
                 reply = self.setup(msg)
-            elif op == "map":
-                self.bases.append(msg["tensor"])
-                reply = {"ok": True}
             elif op == "load":
                 reply = self.load()
             elif op == "call":
@@ -254,7 +258,7 @@ def main() -> None:
     p.add_argument("--entry", default="launch")
     p.add_argument("--device", default="cpu")
     args = p.parse_args()
-    harden.make_undumpable()
+    harden.lock_down_runner()  # own uid, no caps, seccomp: before the candidate is imported
     Runner(args).serve()
     sys.stdout.flush()
     os._exit(0)

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from sandbox.gpu_share import GpuBuffer, export_buffer
 from sandbox.proc import RunnerHandle
 from sandbox.tensors import Slot, view
 from sandbox.wire import BenchmarkWire
@@ -21,9 +22,13 @@ class Side:
     """One runner (candidate, current best or a replicate) and the memory it writes into."""
 
     def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: BenchmarkWire,
-                 gpu_fraction: float | None, timeout: float, audit_ops: bool = False):
+                 gpu_fraction: float | None, timeout: float, audit_ops: bool = False,
+                 buffers: tuple[GpuBuffer, ...] = ()):
+        """``buffers`` (CUDA): this side's own buffer first, then the buffers of the sides it
+        trades with in paired timing; made here when none are given."""
         self.path = path
         self.device = device
+        self._own: GpuBuffer | None = None
         msg: dict[str, Any] = {"op": "setup", "cache": bench.cache, "flush_mib": bench.flush_mib,
                                "allow_tf32": bench.allow_tf32, "cuda_graph": bench.cuda_graph,
                                "audit_ops": audit_ops}
@@ -40,10 +45,24 @@ class Side:
             os.close(fd)
             self.runner.send({**msg, "memfd": fd, "nbytes": nbytes})
         else:
-            self.base = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-            self.runner = RunnerHandle(path, entry, device)
-            self.runner.send_forking({**msg, "tensor": self.base, "gpu_fraction": gpu_fraction})
-        self.bases = [self.base]
+            # CUDA's legacy IPC refuses a process of another uid ("mapping of buffer object
+            # failed", seen on an H200), and each runner has a uid of its own: the buffers
+            # are VMM allocations handed over as file descriptors, like the CPU memfd.
+            if not buffers:
+                buffers = (export_buffer(nbytes),)
+            self._own = buffers[0]  # a side owns its first buffer; peers only map it
+            fds = tuple(b.fd for b in buffers)
+            for fd in fds:
+                os.set_inheritable(fd, True)
+            try:
+                self.runner = RunnerHandle(path, entry, device, pass_fds=fds)
+            finally:
+                for fd in fds:
+                    os.set_inheritable(fd, False)
+            self.base = buffers[0].tensor
+            self.runner.send({**msg, "gpu_fds": list(fds), "sizes": [b.nbytes for b in buffers],
+                              "gpu_fraction": gpu_fraction})
+        self.bases = [self.base] if device == "cpu" else [b.tensor for b in buffers]
         setup = self.runner.receive(timeout, "compile_timeout")
         ready = time.monotonic() - self.runner.started
         self.startup = {"ready": ready}
@@ -54,19 +73,6 @@ class Side:
         self.flush_bytes = int(setup.get("flush_bytes", 0))
         self.base_threads = -1
 
-    def map_other(self, other: Side, timeout: float) -> None:
-        """Let this runner also address ``other``'s buffer (CUDA only).
-
-        Paired timing then swaps buffers between the sides every other pair, so where a
-        buffer happens to sit in memory cannot favour one side. A runner that writes into
-        the other side's buffer only makes that side fail its checks: the acceptance fails
-        closed.
-        """
-        if self.device != "cuda":
-            return
-        self.runner.send_forking({"op": "map", "tensor": other.base})
-        self.runner.receive(timeout, "compile_timeout")
-        self.bases.append(other.base)
 
     def views(self, slots: list[Slot], buf: int = 0) -> dict[str, torch.Tensor]:
         base = self.bases[buf] if buf < len(self.bases) else self.base
@@ -74,3 +80,14 @@ class Side:
 
     def close(self) -> None:
         self.runner.close()
+        if self._own is not None:
+            self._own.close()
+
+
+def paired_buffers(nbytes: int) -> tuple[tuple[GpuBuffer, GpuBuffer], tuple[GpuBuffer, GpuBuffer]]:
+    """Two CUDA buffers for a paired comparison, each side's own first: paired timing swaps
+    buffers between the sides every other pair, so where a buffer happens to sit in memory
+    cannot favour one side. A runner that writes into the other side's buffer only makes
+    that side fail its checks: the acceptance fails closed."""
+    a, b = export_buffer(nbytes), export_buffer(nbytes)
+    return (a, b), (b, a)

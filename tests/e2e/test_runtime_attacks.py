@@ -39,10 +39,14 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     "timer_patch.py": ({"benchmark"}, {"work_escaped_timing"}),
     "checker_patch.py": ({"correctness"}, {"wrong_values"}),
     "fake_report_print.py": ({"correctness"}, {"wrong_values"}),
-    "result_forgery.py": ({"integrity"}, {"result_forged", "out_tampered"}),
+    "result_forgery.py": ({"compile", "integrity"}, {"exception", "result_forged", "out_tampered"}),
     "early_exit.py": ({"compile"}, {"early_exit"}),
     "system_exit.py": ({"compile"}, {"early_exit"}),
-    "kill_judge.py": ({"integrity"}, {"judge_died"}),
+    # another uid and seccomp: the kill is refused (a shared-uid CUDA run would reach
+    # judge_died only through a harness bug)
+    "kill_judge.py": ({"compile", "integrity"}, {"exception", "judge_died"}),
+    "sigstop_other_runner.py": ({"benchmark"}, {"runner_spawned_process"}),
+    "ptrace_judge.py": ({"compile"}, {"import"}),
     "tf32_flip.py": ({"compile"}, {"precision_flags_changed"}),
     "infinite_loop_launch.py": ({"correctness"}, {"timeout"}),
     "memory_bomb.py": ({"compile"}, {"memory_limit"}),

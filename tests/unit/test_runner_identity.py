@@ -1,0 +1,72 @@
+"""Runner identities fail closed, and the launcher's small parsers refuse what they must.
+
+The real uid switch, hidepid, process counts and the judge without CAP_SETUID run in
+tests/e2e/test_isolation_launch.py and test_isolation_e2e.py (bwrap); here: the runner-side
+check and the pure logic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox import identity, launch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+def test_a_process_with_capabilities_is_not_a_confined_runner() -> None:
+    code = ("from sandbox import identity\ntry:\n    identity.verify_runner()\n    print('confined')\n"
+            "except identity.IsolationUnavailable as e:\n    print('refused:', e)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.stdout.startswith("refused:"), (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("raw", ["0", "44,0", "65534", "65500", "video", "44;45"])
+def test_device_gid_lists_that_would_widen_access_are_refused(raw: str) -> None:
+    with pytest.raises(launch.LaunchError):
+        launch.device_gids(raw)
+
+
+def test_device_gid_list_is_parsed_sorted_and_deduplicated() -> None:
+    assert launch.device_gids("109, 44,44") == (44, 109)
+    assert launch.device_gids(None) == () and launch.device_gids("") == ()
+
+
+def test_only_the_judge_module_or_a_dotted_name_from_argv_is_executed() -> None:
+    assert launch.parse_then([]) == "sandbox.judge"
+    assert launch.parse_then(["--then", "tests.e2e.isolation_probe"]) == "tests.e2e.isolation_probe"
+    for bad in (["--then"], ["--then", "x y"], ["--then", "a;b"], ["--then", "..a"], ["x"]):
+        with pytest.raises(launch.LaunchError):
+            launch.parse_then(bad)
+
+
+def test_hidepid_is_recognised_only_with_the_judges_gid() -> None:
+    assert launch.proc_hidden("rw,gid=65534,hidepid=invisible", 65534)
+    assert launch.proc_hidden("rw,hidepid=2,gid=65534", 65534)
+    assert not launch.proc_hidden("rw,hidepid=invisible", 65534)
+    assert not launch.proc_hidden("rw,gid=65534,hidepid=ptraceable", 65534)
+    assert not launch.proc_hidden(None, 65534)
+
+
+def test_launch_record_becomes_warnings_and_enforcement(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(launch.STATUS_ENV, raising=False)
+    assert "not started through sandbox.launch" in identity.launch_warnings()[0]
+    assert identity.launch_enforcement()["runner_identity"].startswith("unavailable")
+    refused = {"proc": {"hidden": False, "refused": ["remount hidepid=invisible,gid=65534: EACCES"]},
+               "bounding_set": "kept"}
+    monkeypatch.setenv(launch.STATUS_ENV, json.dumps(refused))
+    (warning,) = identity.launch_warnings()
+    assert "EACCES" in warning and "seccomp" in warning
+    assert identity.launch_enforcement()["process_visibility"].startswith("all processes visible")
+    hidden = {"proc": {"hidden": True, "how": "remount hidepid=invisible,gid=65534"}}
+    monkeypatch.setenv(launch.STATUS_ENV, json.dumps(hidden))
+    assert identity.launch_warnings() == []
+    assert "hidepid=invisible" in identity.launch_enforcement()["process_visibility"]
+    monkeypatch.setenv(launch.STATUS_ENV, "{not json")
+    assert identity.launch_status() == {"error": f"unreadable {launch.STATUS_ENV}"}

@@ -1,0 +1,241 @@
+"""The runner's seccomp filter: its decisions (a small BPF interpreter) and its real effect.
+
+The first half runs the assembled program on synthetic ``seccomp_data`` for both
+architectures; the second installs the real filter in a child process and checks what the
+kernel then refuses and what still works (signals to itself, threads, subprocesses, torch
+and a Triton interpreter kernel).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox import seccomp
+
+ROOT = Path(__file__).resolve().parents[2]
+OWN = 4242
+ALLOW, EPERM = seccomp.RET_ALLOW, seccomp.RET_ERRNO | errno.EPERM
+ENOSYS, KILL = seccomp.RET_ERRNO | errno.ENOSYS, seccomp.RET_KILL_PROCESS
+
+
+def run_bpf(program: list[tuple[int, int, int, int]], nr: int, arch: int,
+            args: tuple[int, ...] = ()) -> int:
+    """Interpret the classic-BPF subset the filter uses on one seccomp_data record."""
+    full = (*args, *([0] * (6 - len(args))))
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *full)
+    acc, pc = 0, 0
+    for _ in range(10_000):
+        code, jt, jf, k = program[pc]
+        pc += 1
+        if code == seccomp.LD_W_ABS:
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif code == seccomp.RET_K:
+            return k
+        elif code in (seccomp.JEQ_K, seccomp.JGT_K, seccomp.JGE_K, seccomp.JSET_K):
+            taken = {seccomp.JEQ_K: acc == k, seccomp.JGT_K: acc > k, seccomp.JGE_K: acc >= k,
+                     seccomp.JSET_K: bool(acc & k)}[code]
+            pc += jt if taken else jf
+        else:
+            raise AssertionError(f"unexpected BPF opcode {code:#x}")
+    raise AssertionError("BPF program did not terminate")
+
+
+@pytest.fixture(params=sorted(seccomp.ARCHES))
+def arch(request: pytest.FixtureRequest) -> seccomp.Arch:
+    return seccomp.ARCHES[request.param]
+
+
+def decide(arch: seccomp.Arch, name: str, *args: int) -> int:
+    return run_bpf(seccomp.build(OWN, arch), arch.table[name], arch.audit, args)
+
+
+@pytest.mark.parametrize("name", seccomp.DENY)
+def test_every_denied_syscall_returns_eperm(arch: seccomp.Arch, name: str) -> None:
+    assert decide(arch, name, 0, 0) == EPERM
+
+
+@pytest.mark.parametrize("name", seccomp.SIGNAL_OWN_ONLY)
+def test_signals_reach_only_the_runner_itself(arch: seccomp.Arch, name: str) -> None:
+    assert decide(arch, name, OWN, signal.SIGSTOP) == ALLOW
+    for target in (OWN + 1, 1, 0, -1 & 0xFFFFFFFF, -OWN & 0xFFFFFFFFFFFFFFFF):
+        assert decide(arch, name, target, signal.SIGSTOP) == EPERM, target
+    # The kernel reads pid_t from the low 32 bits; garbage above them changes nothing.
+    assert decide(arch, name, (7 << 32) | OWN, 0) == ALLOW
+    assert decide(arch, name, (7 << 32) | (OWN + 1), 0) == EPERM
+
+
+def test_clone_with_a_namespace_flag_is_refused_and_plain_clone_allowed(arch: seccomp.Arch) -> None:
+    thread_flags = 0x3D0F00  # what glibc's pthread_create passes
+    fork_flags = 0x01200011  # CLONE_CHILD_SETTID|CLONE_CHILD_CLEARTID|SIGCHLD
+    assert decide(arch, "clone", thread_flags) == ALLOW
+    assert decide(arch, "clone", fork_flags) == ALLOW
+    for flag in (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
+        assert decide(arch, "clone", fork_flags | flag) == EPERM, hex(flag)
+
+
+def test_clone3_returns_enosys_so_libc_falls_back(arch: seccomp.Arch) -> None:
+    assert decide(arch, "clone3", 0, 88) == ENOSYS
+
+
+def test_personality_allows_only_the_query(arch: seccomp.Arch) -> None:
+    assert decide(arch, "personality", 0xFFFFFFFF) == ALLOW
+    assert decide(arch, "personality", 0x0040000) == EPERM  # ADDR_NO_RANDOMIZE
+    assert decide(arch, "personality", 0) == EPERM
+
+
+def test_ordinary_syscalls_are_allowed(arch: seccomp.Arch) -> None:
+    program = seccomp.build(OWN, arch)
+    for nr in range(0, 424):
+        if nr in arch.table.values():
+            continue
+        assert run_bpf(program, nr, arch.audit) == ALLOW, nr
+
+
+def test_unknown_newer_syscalls_return_enosys(arch: seccomp.Arch) -> None:
+    program = seccomp.build(OWN, arch)
+    assert run_bpf(program, seccomp.MAX_KNOWN_NR, arch.audit) == ALLOW
+    assert run_bpf(program, seccomp.MAX_KNOWN_NR + 1, arch.audit) == ENOSYS
+
+
+def test_foreign_architecture_kills_and_x32_is_refused() -> None:
+    x86, arm = seccomp.ARCHES["x86_64"], seccomp.ARCHES["aarch64"]
+    assert run_bpf(seccomp.build(OWN, x86), 0, 0x40000003) == KILL  # i386 through int 0x80
+    assert run_bpf(seccomp.build(OWN, x86), 0, arm.audit) == KILL
+    assert run_bpf(seccomp.build(OWN, arm), 0, x86.audit) == KILL
+    assert run_bpf(seccomp.build(OWN, x86), seccomp.X32_SYSCALL_BIT | 62, x86.audit) == EPERM
+
+
+def test_unknown_machine_refuses_to_build_a_filter() -> None:
+    with pytest.raises(seccomp.SeccompError, match="riscv64"):
+        seccomp.arch_for("riscv64")
+    assert seccomp.arch_for("amd64").name == "x86_64"
+    assert seccomp.arch_for("arm64").name == "aarch64"
+
+
+def test_program_packs_to_eight_bytes_per_instruction(arch: seccomp.Arch) -> None:
+    program = seccomp.build(OWN, arch)
+    assert len(seccomp.pack(program)) == 8 * len(program) < 8 * 4096
+
+
+# ---- the real filter in a child process --------------------------------------------------
+_CHILD = textwrap.dedent("""
+    import ctypes, errno, json, os, signal, subprocess, sys, threading
+    from sandbox import seccomp
+    victim = int(sys.argv[1])
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    out = {}
+    def errno_of(fn):
+        try:
+            fn()
+        except OSError as e:
+            return errno.errorcode[e.errno]
+        return "ok"
+    def raw(nr, *args):
+        rc = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+        return "ok" if rc >= 0 else errno.errorcode[ctypes.get_errno()]
+    seccomp.install()
+    t = seccomp.arch_for().table
+    out["seccomp_status"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0]
+    out["kill_other_stop"] = errno_of(lambda: os.kill(victim, signal.SIGSTOP))
+    out["kill_group"] = errno_of(lambda: os.kill(0, 0))
+    out["kill_all"] = errno_of(lambda: os.kill(-1, 0))
+    out["kill_self_0"] = errno_of(lambda: os.kill(os.getpid(), 0))
+    got = []
+    signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
+    os.kill(os.getpid(), signal.SIGUSR1)
+    out["kill_self_usr1_delivered"] = got == [1]
+    signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+    out["tgkill_self_delivered"] = got == [1, 1]
+    out["ptrace_attach"] = raw(t["ptrace"], 16, victim, 0, 0)
+    buf = ctypes.create_string_buffer(8)
+    class Iov(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+    iov = Iov(ctypes.addressof(buf), 8)
+    out["process_vm_readv"] = raw(t["process_vm_readv"], victim, ctypes.addressof(iov), 1,
+                                  ctypes.addressof(iov), 1, 0)
+    out["pidfd_open"] = raw(t["pidfd_open"], victim, 0)
+    out["unshare_user"] = raw(t["unshare"], 0x10000000)
+    out["clone3"] = raw(t["clone3"], 0, 0)
+    out["personality_query"] = raw(t["personality"], 0xFFFFFFFF)
+    out["personality_set"] = raw(t["personality"], 0x0040000)
+    out["mount"] = raw(t["mount"], 0, 0, 0, 0, 0)
+    out["bpf"] = raw(t["bpf"], 0, 0, 0)
+    res = []
+    th = threading.Thread(target=lambda: res.append(sum(range(1000))))
+    th.start(); th.join()
+    out["thread"] = res == [499500]
+    out["subprocess"] = subprocess.run(["true"]).returncode
+    out["fork_child_kill_parent"] = subprocess.run(
+        [sys.executable, "-c", f"import os,signal; os.kill({victim}, signal.SIGSTOP)"],
+        capture_output=True, text=True).stderr.strip().splitlines()[-1]
+    print(json.dumps(out))
+""")
+
+
+@pytest.fixture
+def victim() -> subprocess.Popen[bytes]:
+    p = subprocess.Popen(["sleep", "60"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def test_installed_filter_refuses_cross_process_calls_and_keeps_ordinary_ones(
+        victim: subprocess.Popen[bytes]) -> None:
+    r = subprocess.run([sys.executable, "-c", _CHILD, str(victim.pid)], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["seccomp_status"] == "2"
+    for key in ("kill_other_stop", "kill_group", "kill_all", "ptrace_attach", "process_vm_readv",
+                "pidfd_open", "unshare_user", "personality_set", "mount", "bpf"):
+        assert out[key] == "EPERM", (key, out)
+    assert out["clone3"] == "ENOSYS"
+    assert out["kill_self_0"] == "ok" and out["personality_query"] == "ok"
+    assert out["kill_self_usr1_delivered"] and out["tgkill_self_delivered"]
+    assert out["thread"] is True and out["subprocess"] == 0
+    assert "PermissionError" in out["fork_child_kill_parent"]  # inherited by children
+    time.sleep(0.1)
+    assert _state(victim.pid) in ("S", "R"), "the victim was stopped"
+
+
+def test_torch_and_a_triton_interpreter_kernel_run_under_the_filter() -> None:
+    code = textwrap.dedent("""
+        from sandbox import seccomp
+        seccomp.install()
+        import torch, triton, triton.language as tl
+
+        @triton.jit
+        def add(x, y, o, n, B: tl.constexpr):
+            i = tl.program_id(0) * B + tl.arange(0, B)
+            m = i < n
+            tl.store(o + i, tl.load(x + i, mask=m) + tl.load(y + i, mask=m), mask=m)
+
+        x, y = torch.randn(1000), torch.randn(1000)
+        o = torch.empty(1000)
+        add[(triton.cdiv(1000, 256),)](x, y, o, 1000, B=256)
+        torch.set_num_threads(2)
+        big = torch.randn(512, 512)
+        assert torch.allclose(o, x + y) and torch.isfinite(big @ big).all()
+        print("ok")
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
