@@ -69,6 +69,8 @@ class EvalRequest(BaseModel):
     candidate: Source
     current: Source | None = None
     current_trusted: bool = Field(False, description="The current is trusted (a task's reference).")
+    candidate_trusted: bool = Field(
+        False, description="The candidate is trusted task code (a leaderboard's reference check).")
     policy: Policy | str | None = Field(None, description="None: the task's policy.")
     limits: Limits | None = Field(None, description="None: the task's limits.")
     backend: str = "auto"
@@ -151,7 +153,9 @@ def stage_files(req: EvalRequest, device: wire.Device, floor_ms: float | None) -
         task=req.task.to_wire(audit_ops=kernel_only(req.task)), reference=req.reference,
         candidate=f"{wire.IN_MOUNT}/{wire.CANDIDATE_NAME}",
         current=f"{wire.IN_MOUNT}/{wire.CURRENT_NAME}" if req.current is not None else None,
-        stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms))
+        stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms,
+        trusted_candidate=req.candidate_trusted,
+        trusted_current=req.current is not None and req.current_trusted))
     return Staged(root, in_dir, out_dir, key)
 
 

@@ -144,6 +144,10 @@ class JudgeRequest:
     stages: tuple[StageName, ...] = ("compile", "correctness", "benchmark")
     shape_kinds: tuple[ShapeKind, ...] = ("tune", "hidden")
     floor_ms: float | None = None
+    # Trusted modules (a task's own reference as the current best, or checked as the
+    # candidate in a leaderboard's reference round) are exempt from the kernel-only audit.
+    trusted_candidate: bool = False
+    trusted_current: bool = False
     quick: bool = False
     calibrate: CalibrateWire | None = None
 
