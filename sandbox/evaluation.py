@@ -249,7 +249,12 @@ class Evaluation:
         self.run_deadline = time.monotonic() + float(self.s["limits"]["run_s"])
         if "correctness" in self.stages:
             self.stage = "correctness"
-            self.correctness(cand)
+            if self.s.get("sanitize"):  # under compute-sanitizer, in a runner of its own
+                from sandbox.profiling import sanitized_correctness
+
+                sanitized_correctness(self, cand)
+            else:
+                self.correctness(cand)
         if "benchmark" in self.stages:
             self.stage = "benchmark"
             self.result["timing"] = self.benchmark(cand, "candidate")

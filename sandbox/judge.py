@@ -97,6 +97,10 @@ def main() -> int:
 
             ev.stage = "accept"
             run_calibration(ev)
+        elif secret.get("mode") == "profile":  # hardware counters under ncu
+            from sandbox.profiling import run_profile
+
+            run_profile(ev)
         else:
             ev.run()
     except StageError as e:

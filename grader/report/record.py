@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from grader.diagnostics.models import RawDiagnostics
 from grader.report.model import StageError
 
 
@@ -84,6 +85,7 @@ class JudgePayload(_Strict):
     acceptance: JudgeAcceptance | None = None
     peaks: dict[str, Any] | None = None
     calibration: dict[str, Any] | None = None
+    diagnostics: RawDiagnostics | None = None  # counters (profile mode) / sanitizer results
 
 
 class ResultProblem(Exception):
