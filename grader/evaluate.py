@@ -34,6 +34,7 @@ from grader.backends.base import (
     SandboxSpec,
 )
 from grader.backends.select import detect_device, select_backend
+from grader.diagnostics.locate import sanitize_request
 from grader.errors import UsageError
 from grader.limits import Limits
 from grader.report.model import CandidateInfo, Report, SandboxInfo, StageError
@@ -64,6 +65,7 @@ class EvalRequest:
     gpu_ids: tuple[str, ...] = ()
     peaks: dict[str, float] | None = None
     current_trusted: bool = False  # the current is trusted code (a task's reference): not scanned
+    sanitize: str | None = None  # memcheck|racecheck|none|default; None: the task's `sanitize`
 
 
 @dataclass
@@ -96,6 +98,7 @@ def stage_files(req: EvalRequest, spec: TaskSpec, reference: str, cand_src: str,
         "device": device, "stages": list(req.stages), "shape_kinds": list(req.shape_kinds),
         "phase_seed": secrets.randbits(62), "limits": spec.limits.model_dump(),
         "floor_ms": floor_ms,
+        "sanitize": sanitize_request(req.sanitize, spec.sanitize),
     }
     write_secret(out_dir, secret)
     return Staged(root, in_dir, out_dir, key)

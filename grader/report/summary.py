@@ -64,6 +64,10 @@ def build_report(report: Report, spec: TaskSpec, p: JudgePayload, outcome: Sandb
             first_bad=BadElement(**c.first_bad) if c.first_bad else None)
     if p.timing is not None:
         report.timing = timing_stats(spec, p.timing, report.device or p.device)
+    if p.diagnostics is not None:  # the sanitizer's result and overhead
+        from grader.diagnostics.run import build_diagnostics
+
+        report.diagnostics = build_diagnostics(p.diagnostics, spec=spec)
     if p.acceptance is not None:
         a = p.acceptance
         report.acceptance = decide(a.t_cur, a.t_cand, spec.acceptance)
