@@ -89,6 +89,8 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local") -> J
             kw["current"] = task_dir / "reference.py"
             kw["current_trusted"] = True  # the task's own reference: trusted, not scanned
             kw["policy"] = job.policy
+            if job.round == "rerun":  # ranked entries: correctness again under the memory checker
+                kw["sanitize"] = "default"
         req = EvalRequest(task_dir=task_dir, candidate=cand, backend=job.backend,
                           device=job.device, limits=dict(job.limits), gpu_ids=gpu_ids, **kw)
         report = evaluate(req)
