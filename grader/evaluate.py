@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grader import __version__
 from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
 from grader.backends.select import detect_device, select_backend
+from grader.diagnostics.locate import sanitize_request
 from grader.errors import InfrastructureError, UsageError
 from grader.limits import Limits
 from grader.report.model import CandidateInfo, Report, ReportError, SandboxInfo
@@ -78,6 +79,9 @@ class EvalRequest(BaseModel):
     work_dir: Path | None = None
     keep: bool = False
     peaks: dict[str, float] | None = None
+    sanitize: Literal["memcheck", "racecheck", "none", "default"] | None = Field(
+        None, description="compute-sanitizer for the correctness stage; 'default': the task's "
+                          "tool or else memcheck; None: the task's `sanitize`.")
 
     @classmethod
     def from_paths(cls, task_dir: str | Path, candidate: str | Path, current: str | Path | None = None,
@@ -149,7 +153,8 @@ def stage_files(req: EvalRequest, device: wire.Device, floor_ms: float | None) -
         task=req.task.to_wire(audit_ops=kernel_only(req.task)), reference=req.reference,
         candidate=f"{wire.IN_MOUNT}/{wire.CANDIDATE_NAME}",
         current=f"{wire.IN_MOUNT}/{wire.CURRENT_NAME}" if req.current is not None else None,
-        stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms))
+        stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms,
+        sanitize=sanitize_request(req.sanitize, req.task.sanitize)))
     return Staged(root, in_dir, out_dir, key)
 
 

@@ -27,11 +27,14 @@ class RunnerFailure(Exception):
 class RunnerHandle:
     """One runner (one untrusted module), driven over two pipes."""
 
-    def __init__(self, module_path: str, entry: str, device: str, pass_fds: tuple[int, ...] = ()):
+    def __init__(self, module_path: str, entry: str, device: str, pass_fds: tuple[int, ...] = (),
+                 prefix: tuple[str, ...] = ()):
+        # ``prefix`` wraps the runner's argv (ncu / compute-sanitizer, sandbox/profiling.py);
+        # the tool is then the process-group leader, so kill() still ends the whole tree.
         j2r_r, j2r_w = os.pipe()
         r2j_r, r2j_w = os.pipe()
         self.device = device
-        cmd = [sys.executable, "-m", "sandbox.runner", "--read-fd", str(j2r_r),
+        cmd = [*prefix, sys.executable, "-m", "sandbox.runner", "--read-fd", str(j2r_r),
                "--write-fd", str(r2j_w), "--module", module_path, "--entry", entry,
                "--device", device]
         self.proc = subprocess.Popen(

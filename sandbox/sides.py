@@ -21,7 +21,9 @@ class Side:
     """One runner (candidate, current best or a replicate) and the memory it writes into."""
 
     def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: BenchmarkWire,
-                 gpu_fraction: float | None, timeout: float, audit_ops: bool = False):
+                 gpu_fraction: float | None, timeout: float, audit_ops: bool = False,
+                 prefix: tuple[str, ...] = ()):
+        # ``prefix``: a diagnostics tool wrapping the runner (sandbox/profiling.py).
         self.path = path
         self.device = device
         msg: dict[str, Any] = {"op": "setup", "cache": bench.cache, "flush_mib": bench.flush_mib,
@@ -36,12 +38,12 @@ class Side:
             self._mm = mmap.mmap(fd, nbytes)
             self.base = torch.frombuffer(self._mm, dtype=torch.uint8)
             os.set_inheritable(fd, True)
-            self.runner = RunnerHandle(path, entry, device, pass_fds=(fd,))
+            self.runner = RunnerHandle(path, entry, device, pass_fds=(fd,), prefix=prefix)
             os.close(fd)
             self.runner.send({**msg, "memfd": fd, "nbytes": nbytes})
         else:
             self.base = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-            self.runner = RunnerHandle(path, entry, device)
+            self.runner = RunnerHandle(path, entry, device, prefix=prefix)
             self.runner.send_forking({**msg, "tensor": self.base, "gpu_fraction": gpu_fraction})
         self.bases = [self.base]
         setup = self.runner.receive(timeout, "compile_timeout")
