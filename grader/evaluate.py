@@ -26,6 +26,7 @@ from grader import __version__
 from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
 from grader.backends.cleanup import mark_kept, mark_owner
 from grader.backends.select import detect_device, select_backend
+from grader.diagnostics.locate import sanitize_request
 from grader.errors import InfrastructureError, UsageError
 from grader.limits import Limits
 from grader.report.model import CandidateInfo, Report, ReportError, SandboxInfo
@@ -81,6 +82,9 @@ class EvalRequest(BaseModel):
     work_dir: Path | None = None
     keep: bool = False
     peaks: dict[str, float] | None = None
+    sanitize: Literal["memcheck", "racecheck", "none", "default"] | None = Field(
+        None, description="compute-sanitizer for the correctness stage; 'default': the task's "
+                          "tool or else memcheck; None: the task's `sanitize`.")
 
     @classmethod
     def from_paths(cls, task_dir: str | Path, candidate: str | Path, current: str | Path | None = None,
@@ -155,7 +159,8 @@ def stage_files(req: EvalRequest, device: wire.Device, floor_ms: float | None) -
         current=f"{wire.IN_MOUNT}/{wire.CURRENT_NAME}" if req.current is not None else None,
         stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms,
         trusted_candidate=req.candidate_trusted,
-        trusted_current=req.current is not None and req.current_trusted))
+        trusted_current=req.current is not None and req.current_trusted,
+        sanitize=sanitize_request(req.sanitize, req.task.sanitize)))
     return Staged(root, in_dir, out_dir, key)
 
 

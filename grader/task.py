@@ -148,6 +148,8 @@ class TaskSpec(_Frozen):
     acceptance: AcceptanceSpec = AcceptanceSpec()
     limits: Limits = Limits()
     policy: str = "default"
+    sanitize: Literal["none", "memcheck", "racecheck"] = Field(
+        "none", description="Run the correctness stage under compute-sanitizer (GPU only).")
     roofline_floor_ms: float | None = Field(
         None, ge=0, description="Fixed floor; None: derived from the cost model and device peaks."
     )

@@ -23,6 +23,7 @@ from sandbox.tensors import make_input as _make_input
 from sandbox.wire import (
     WIRE_VERSION,
     CorrectnessRecord,
+    DiagnosticsRecord,
     ErrorStage,
     ErrorWire,
     JudgeRequest,
@@ -56,6 +57,7 @@ class Evaluation:
         self.timing: Any = None
         self.acceptance: Any = None
         self.calibration: dict[str, Any] | None = None
+        self.diagnostics: DiagnosticsRecord | None = None  # sandbox/profiling.py
         self.phases: dict[str, float] = {}
         self.started_wall: float | None = None
         self._runners = 0
@@ -337,6 +339,7 @@ class Evaluation:
                       environment=device_environment(self.device), compile_s=self.compile_s,
                       correctness=self.correctness_record(), timing=self.timing,
                       acceptance=self.acceptance, calibration=self.calibration,
+                      diagnostics=self.diagnostics,
                       phases=dict(self.phases), judge_started=self.started_wall,
                       judge_finished=time.time())
 

@@ -39,7 +39,10 @@ class RunnerHandle:
     fault, and no runner is started.
     """
 
-    def __init__(self, module_path: str, entry: str, device: str, pass_fds: tuple[int, ...] = ()):
+    def __init__(self, module_path: str, entry: str, device: str, pass_fds: tuple[int, ...] = (),
+                 prefix: tuple[str, ...] = ()):
+        # ``prefix`` wraps the runner's argv (ncu / compute-sanitizer, sandbox/profiling.py);
+        # the tool is then the process-group leader, so kill() still ends the whole tree.
         try:
             self.identity = identity.new_runner_identity(module_path)
             identity.prepare_fork()
@@ -50,7 +53,7 @@ class RunnerHandle:
         self.answered = False  # before the first answer, no candidate code has run
         j2r_r, j2r_w = os.pipe()
         r2j_r, r2j_w = os.pipe()
-        cmd = [sys.executable, "-m", "sandbox.runner_boot", "--read-fd", str(j2r_r),
+        cmd = [*prefix, sys.executable, "-m", "sandbox.runner_boot", "--read-fd", str(j2r_r),
                "--write-fd", str(r2j_w), "--module", module_path, "--entry", entry,
                "--device", device]
         try:

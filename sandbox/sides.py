@@ -23,9 +23,10 @@ class Side:
 
     def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: BenchmarkWire,
                  gpu_fraction: float | None, timeout: float, audit_ops: bool = False,
-                 buffers: tuple[GpuBuffer, ...] = ()):
+                 buffers: tuple[GpuBuffer, ...] = (), prefix: tuple[str, ...] = ()):
         """``buffers`` (CUDA): this side's own buffer first, then the buffers of the sides it
-        trades with in paired timing; made here when none are given."""
+        trades with in paired timing; made here when none are given. ``prefix``: a diagnostics tool wrapping the
+        runner (sandbox/profiling.py)."""
         self.path = path
         self.device = device
         self._own: GpuBuffer | None = None
@@ -41,7 +42,7 @@ class Side:
             self._mm = mmap.mmap(fd, nbytes)
             self.base = torch.frombuffer(self._mm, dtype=torch.uint8)
             os.set_inheritable(fd, True)
-            self.runner = RunnerHandle(path, entry, device, pass_fds=(fd,))
+            self.runner = RunnerHandle(path, entry, device, pass_fds=(fd,), prefix=prefix)
             os.close(fd)
             self.runner.send({**msg, "memfd": fd, "nbytes": nbytes})
         else:
@@ -55,7 +56,7 @@ class Side:
             for fd in fds:
                 os.set_inheritable(fd, True)
             try:
-                self.runner = RunnerHandle(path, entry, device, pass_fds=fds)
+                self.runner = RunnerHandle(path, entry, device, pass_fds=fds, prefix=prefix)
             finally:
                 for fd in fds:
                     os.set_inheritable(fd, False)

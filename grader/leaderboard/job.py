@@ -85,6 +85,8 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local") -> J
             kw["current"] = Source(name=f"{job.task.name}/reference.py", text=job.task.reference)
             kw["current_trusted"] = True  # the task's own reference: trusted, not scanned
             kw["policy"] = job.policy
+            if job.round == "rerun":  # ranked entries: correctness again under the memory checker
+                kw["sanitize"] = "default"
         req = EvalRequest(task=spec, reference=job.task.reference,
                           candidate=Source(name=f"{job.submission}/{job.task.name}.py",
                                            text=check_source(job.source)),

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from grader.backends.enforcement import Enforcement
+from grader.diagnostics.models import Diagnostics
 from grader.limits import LimitName, Limits
 
 SCHEMA_VERSION = "2.0"
@@ -186,6 +187,7 @@ class Report(_Model):
     timing_current: TimingStats | None = None
     acceptance: AcceptanceResult | None = None
     sandbox: SandboxInfo | None = None
+    diagnostics: Diagnostics | None = Field(None, description="Memory checker (--sanitize).")
     environment: dict[str, Any] = Field(default_factory=dict)
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
