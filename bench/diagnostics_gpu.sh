@@ -60,7 +60,9 @@ one profile_transpose_padded "rc == 0 and not any('bank conflicts' in a for a in
     profile $T $T/candidates/padded_shared.py
 
 # The memory checker: the unmasked tail passes the ordinary checks and fails under memcheck.
-one run_tail_plain "rc == 0 and r['ok']" run $S $S/candidates/unmasked_tail.py --sanitize-tool none
+one run_tail_plain "rc == 1 and r['errors'][0]['code'] == 'out_of_bounds_write'" run $S $S/candidates/unmasked_tail.py --sanitize-tool none
+one run_load_plain "rc == 0 and r['ok']" run $S $S/candidates/unmasked_load.py --sanitize-tool none
+one run_load_memcheck "rc == 1 and r['errors'][0]['code'] == 'out_of_bounds_access'" run $S $S/candidates/unmasked_load.py --sanitize
 one run_tail_memcheck "rc == 1 and r['errors'][0]['code'] == 'out_of_bounds_access' and r['timing'] is None" \
     run $S $S/candidates/unmasked_tail.py --sanitize
 one run_scale_good_memcheck "rc == 0 and r['diagnostics']['sanitizer']['ran'] and r['timing'] is not None" \

@@ -1,10 +1,11 @@
 """Writes past the end of its output: the store of the last block has no mask.
 
 BLOCK is 64 float32 = 256 bytes, the judge's slot alignment, so the over-write always
-lands in the alignment slack after ``out`` inside the judge's buffer: the ordinary checks
-never see it (every output value is right). Only the memory checker does
-(``kgrader run --sanitize``: correctness fails with ``out_of_bounds_access``). GPU only: the
-CPU interpreter does not check, and crashes on, out-of-bounds stores.
+lands in the slack after ``out`` inside the judge's buffer: every output value is right,
+and before guard bands nothing saw it. The judge's guard bands catch it now
+(``out_of_bounds_write``); the memory checker does too (``kgrader run --sanitize``:
+``out_of_bounds_access``). ``unmasked_load.py`` is the overrun only the memory checker
+sees. GPU only: the CPU interpreter does not check, and crashes on, out-of-bounds stores.
 """
 
 import torch
