@@ -107,7 +107,11 @@ class CostModel(_Frozen):
 
 
 class AcceptanceSpec(_Frozen):
-    rule: Literal["seed", "controlled"] = "seed"
+    rule: Literal["seed", "controlled", "gain"] = Field(
+        "seed", description="Which rule decides: seed (the classic median-of-ratios rule, false "
+                            "accepts not controlled), controlled (sequential sign test that the "
+                            "gain exceeds the margin), gain (sequential sign test that there is "
+                            "a gain, the margin on the point estimate).")
     min_improvement_fraction: float = Field(0.01, ge=0, lt=1)
     min_pairs: int = Field(5, ge=1)
     min_positive_fraction: float = Field(0.6, ge=0, le=1)

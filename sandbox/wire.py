@@ -86,7 +86,7 @@ class BenchmarkWire:
 
 @dataclass(frozen=True)
 class AcceptanceWire:
-    rule: Literal["seed", "controlled"]
+    rule: Literal["seed", "controlled", "gain"]
     min_improvement_fraction: float
     min_pairs: int
     min_positive_fraction: float

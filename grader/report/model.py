@@ -121,7 +121,7 @@ class TimingStats(_Model):
 
 
 class RuleOutcome(_Model):
-    rule: Literal["seed", "controlled"]
+    rule: Literal["seed", "controlled", "gain"]
     accepted: bool
     reason: str
     numbers: dict[str, Any] = Field(default_factory=dict)
@@ -129,7 +129,7 @@ class RuleOutcome(_Model):
 
 class AcceptanceResult(_Model):
     accepted: bool
-    rule: Literal["seed", "controlled"]
+    rule: Literal["seed", "controlled", "gain"]
     improvement_fraction: float | None
     pairs: int
     positive_fraction: float | None
