@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox import stats  # noqa: E402
+from sandbox import stats
 
 LOOKS = (25, 50, 100, 200)
 
@@ -32,7 +32,7 @@ def trial(rng: random.Random, rule: str, gain: float, sigma: float, delta: float
     cur: list[float] = []
     cand: list[float] = []
     n_max = LOOKS[-1] if seq else seed_pairs
-    for i in range(n_max):
+    for _ in range(n_max):
         cur.append(math.exp(rng.gauss(0.0, sigma)))
         cand.append((1.0 - gain) * math.exp(rng.gauss(0.0, sigma)))
         if seq is not None:
