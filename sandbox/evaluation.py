@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from sandbox import prestart
 from sandbox.device import device_environment
 from sandbox.failure import StageFailure, infrastructure
 from sandbox.proc import RunnerFailure
@@ -135,7 +136,7 @@ class Evaluation:
             side = Side(path, self.task.entrypoint, self.dev, self.nbytes, self.task.benchmark,
                         self.gpu_fraction(), self.left(self.compile_deadline),
                         audit_ops=self.task.audit_ops and not self.trusted(path),
-                        buffers=buffers)
+                        buffers=buffers, runner=prestart.take(path))
         except RunnerFailure as e:
             if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
                 raise infrastructure(e.code, e.message, e.detail) from None
@@ -236,7 +237,7 @@ class Evaluation:
 
         try:
             extra = identity.extra_runner_processes(
-                {s.runner.proc.pid: s.runner.uid for s in self.sides})
+                {**prestart.pending(), **{s.runner.proc.pid: s.runner.uid for s in self.sides}})
         except identity.IsolationUnavailable as e:
             raise infrastructure(identity.ISOLATION_CODE, str(e)) from None
         if extra:
@@ -346,6 +347,7 @@ class Evaluation:
     def shutdown(self) -> None:
         for side in list(self.sides):
             self.close_side(side)
+        prestart.close_all()
 
 
 def _num(x: Any) -> float | None:
