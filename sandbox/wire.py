@@ -333,32 +333,27 @@ def dumps(obj: Any) -> str:
 
 def request_from_json(text: str | bytes) -> JudgeRequest:
     """Parse the judge's request strictly; a version mismatch is a :class:`WireFormatError`."""
-    try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise WireFormatError(f"request is not JSON: {e}") from None
-    if not isinstance(raw, dict):
-        raise WireFormatError("request is not an object")
-    if raw.get("wire_version") != WIRE_VERSION:
-        raise WireFormatError(f"wire version {raw.get('wire_version')!r} from the host, the "
-                              f"judge speaks {WIRE_VERSION}: host and harness are out of step")
-    req: JudgeRequest = _build(JudgeRequest, raw, "request")
+    req: JudgeRequest = _parse(JudgeRequest, text, "request", "from the host, the judge")
     return req
 
 
 def record_from_json(text: str | bytes) -> Record:
-    """Parse a record strictly (the host also validates it through pydantic)."""
+    """Parse a record strictly (the host reads it only after its MAC verified)."""
+    rec: Record = _parse(Record, text, "record", "in the record, the host")
+    return rec
+
+
+def _parse(cls: type[Any], text: str | bytes, what: str, sides: str) -> Any:
     try:
         raw = json.loads(text)
     except (ValueError, RecursionError) as e:
-        raise WireFormatError(f"record is not JSON: {e}") from None
+        raise WireFormatError(f"{what} is not JSON: {e}") from None
     if not isinstance(raw, dict):
-        raise WireFormatError("record is not an object")
+        raise WireFormatError(f"{what} is not an object")
     if raw.get("wire_version") != WIRE_VERSION:
-        raise WireFormatError(f"wire version {raw.get('wire_version')!r} in the record, the "
-                              f"host speaks {WIRE_VERSION}: host and harness are out of step")
-    rec: Record = _build(Record, raw, "record")
-    return rec
+        raise WireFormatError(f"wire version {raw.get('wire_version')!r} {sides} speaks "
+                              f"{WIRE_VERSION}: host and harness are out of step")
+    return _build(cls, raw, what)
 
 
 def _build(cls: type[Any], raw: Any, where: str) -> Any:
