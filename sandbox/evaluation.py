@@ -203,7 +203,7 @@ class Evaluation:
                                f"the candidate created {reply.get('streams')} CUDA stream(s) or left "
                                "the timed stream: its work would escape the timed events")
         audit = reply.get("audit")
-        if self.task.audit_ops and not isinstance(audit, dict):
+        if side.audit_ops and not isinstance(audit, dict):
             raise StageFailure(stage, "op_audit_tampered",
                                "the runner returned no op audit for a kernel-only launch")
         if isinstance(audit, dict) and audit.get("compute_ops"):

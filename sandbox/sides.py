@@ -31,6 +31,7 @@ class Side:
         ahead (while the judge imported torch), given its buffers now."""
         self.path = path
         self.device = device
+        self.audit_ops = audit_ops
         self._own: GpuBuffer | None = None
         msg: dict[str, Any] = {"op": "setup", "cache": bench.cache, "flush_mib": bench.flush_mib,
                                "allow_tf32": bench.allow_tf32, "cuda_graph": bench.cuda_graph,

@@ -143,18 +143,21 @@ RUNTIME = ROOT / "tests" / "attacks" / "runtime"
 RUNTIME_ONLY = ROOT / "tests" / "policies" / "runtime-only.toml"
 
 
-@pytest.mark.parametrize(("attack", "codes"), [
-    ("kill_judge.py", {"judge_died"}),
-    ("result_forgery.py", {"result_forged", "out_tampered"}),
-])
-def test_candidate_that_kills_its_judge_or_forges_the_record_fails_with_exit_1(
-        attack: str, codes: set[str]) -> None:
-    # Exit 2 is for infrastructure only: breaking the harness is the candidate's failure.
+@pytest.mark.parametrize("attack", ["kill_judge.py", "result_forgery.py"])
+def test_candidate_that_attacks_its_judge_or_the_record_fails_with_exit_1(attack: str) -> None:
+    # Exit 2 is for infrastructure only: attacking the harness is the candidate's failure.
+    # The runner has a uid of its own: the kill and the write to /kg/out are refused at
+    # import (stage compile, PermissionError); had they got through, the report would say
+    # stage integrity (judge_died / result_forged, tests/unit/test_wire.py).
     rc, r = run_json(SMALL, RUNTIME / attack, "--policy", RUNTIME_ONLY)
     assert rc == 1 and r["ok"] is False, r
     err = r["errors"][0]
-    assert (err["stage"], err["origin"]) == ("integrity", "candidate") and err["code"] in codes, r
-    assert r["stage"] == "integrity"
+    assert err["origin"] == "candidate", r
+    assert (err["stage"], err["code"]) in {("compile", "exception"), ("integrity", "judge_died"),
+                                           ("integrity", "result_forged"),
+                                           ("integrity", "out_tampered")}, r
+    if err["stage"] == "compile":
+        assert "PermissionError" in err["message"], r
 
 
 def test_every_error_says_whose_fault_it_is() -> None:
