@@ -23,15 +23,16 @@ class Side:
 
     def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: BenchmarkWire,
                  gpu_fraction: float | None, timeout: float, audit_ops: bool = False,
-                 buffers: tuple[GpuBuffer, ...] = ()):
+                 buffers: tuple[GpuBuffer, ...] = (), extra: dict[str, Any] | None = None):
         """``buffers`` (CUDA): this side's own buffer first, then the buffers of the sides it
-        trades with in paired timing; made here when none are given."""
+        trades with in paired timing; made here when none are given. ``extra``: more setup
+        fields (the task's contract, from :meth:`sandbox.problem.Problem.runner_setup`)."""
         self.path = path
         self.device = device
         self._own: GpuBuffer | None = None
         msg: dict[str, Any] = {"op": "setup", "cache": bench.cache, "flush_mib": bench.flush_mib,
                                "allow_tf32": bench.allow_tf32, "cuda_graph": bench.cuda_graph,
-                               "audit_ops": audit_ops}
+                               "audit_ops": audit_ops, **(extra or {})}
         if device == "cpu":
             # A sealed memfd: the runner can write the bytes but cannot shrink the file
             # under the judge's mapping (which would SIGBUS the judge).

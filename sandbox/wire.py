@@ -35,13 +35,22 @@ JUDGE_UID = 65534
 JUDGE_GID = 65534
 
 Device = Literal["cpu", "cuda", "rocm"]
-Mode = Literal["evaluate", "measure_peak", "calibrate"]
+Mode = Literal["evaluate", "measure_peak", "calibrate", "check"]
 StageName = Literal["compile", "correctness", "benchmark"]
 ShapeKind = Literal["tune", "hidden"]
 Origin = Literal["candidate", "infrastructure"]
 # Stages a judge error can name. ``integrity`` is the candidate breaking the harness
 # itself (killing the judge, forging or flooding the record, tampering with its folder).
 ErrorStage = Literal["sandbox", "compile", "correctness", "benchmark", "accept", "integrity"]
+# How a candidate is called. ``dps``: destination passing, ``launch(*inputs, *outputs)`` on
+# tensors the task declares. ``module`` (KernelBench): ``ModelNew(*init)(*inputs)``, outputs
+# returned. ``gpumode`` (GPU MODE reference-kernels): ``custom_kernel(data)``, outputs
+# returned. For the last two the inputs come from the trusted reference's own generator.
+Contract = Literal["dps", "module", "gpumode"]
+# Tensors of a generated-shape task may name a dtype variable instead of a dtype; a shape
+# binding then holds the variable's choice as an index into this tuple.
+DTYPE_CODES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int8", "int32",
+                                "int64", "uint8", "bool")
 
 
 class WireFormatError(ValueError):
@@ -96,6 +105,29 @@ class AcceptanceWire:
 
 
 @dataclass(frozen=True)
+class ProblemWire:
+    """Names in a field task's trusted reference (``module`` and ``gpumode`` contracts).
+
+    ``reference``: the model class or the reference function; ``inputs``: the input
+    generator; ``init``: the constructor-arguments function (module); ``checker``: the
+    problem's own ``check_implementation`` ("" for none); ``seed_arg``: the generator's
+    argument the judge fills with a secret seed ("" for none); ``fixed_args``: generator
+    arguments that are not dimensions; ``scratch``: positions in the generated data the
+    candidate may write (output buffers handed in); ``modules``: trusted helper modules
+    by name (GPU MODE's ``utils``, ``task``), importable by the reference and the candidate.
+    """
+
+    reference: str
+    inputs: str
+    init: str = ""
+    checker: str = ""
+    seed_arg: str = ""
+    fixed_args: dict[str, Any] = field(default_factory=dict)
+    scratch: tuple[int, ...] = ()
+    modules: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TaskWire:
     name: str
     entrypoint: str
@@ -107,6 +139,10 @@ class TaskWire:
     acceptance: AcceptanceWire
     # Kernel-only task: runners record the torch ops of each launch; compute ones fail it.
     audit_ops: bool = False
+    contract: Contract = "dps"
+    problem: ProblemWire | None = None
+    # The shape the benchmark and accept stages time; None: the first tune shape.
+    timed: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +270,8 @@ class Record:
     phases: dict[str, float] = field(default_factory=dict)
     judge_started: float | None = None
     judge_finished: float | None = None
+    # ``check`` mode: what the trusted reference did on every shape (sandbox.task_check).
+    check: dict[str, Any] | None = None
 
 
 # ---- (de)serialisation ---------------------------------------------------------------
