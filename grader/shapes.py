@@ -211,7 +211,7 @@ def _edge(d: DimRange, case: str, rng: random.Random) -> int | None:
         return p * m if p is not None else None
     block = 2 if case.startswith("pow2") else (d.align if d.align > m else 16 * m)
     below = case.endswith("below")
-    bases = ([1 << k for k in range(1, 62)] if case.startswith("pow2")
+    bases = ([1 << k for k in range(2, 62)] if case.startswith("pow2")
              else [j * block for j in range(1, d.hi // block + 2)])
     options = [b - m if below else b + m for b in bases]
     options = [v for v in options if d.lo <= v <= d.hi and v % m == 0]

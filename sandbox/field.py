@@ -51,6 +51,14 @@ def _guard(what: str, fn: Callable[[], T]) -> T:
                              f"the problem's {what} failed: {type(e).__name__}: {e}") from None
 
 
+def _lookup(ns: dict[str, Any], name: str, what: str) -> Any:
+    obj = ns.get(name)
+    if not callable(obj):
+        raise infrastructure("reference_failed", f"the problem's reference file defines no "
+                             f"callable {name!r} ({what})")
+    return obj
+
+
 def _wires(prefix: str, role: str, tensors: list[torch.Tensor], what: str) -> list[TensorWire]:
     out = []
     for i, t in enumerate(tensors):
@@ -198,7 +206,10 @@ class ModuleProblem(ReturnedProblem):
     def __init__(self, task: TaskWire, reference: str, dev: str, init_seed: int):
         super().__init__(task, dev, init_seed)
         self.ns: dict[str, Any] = {"__name__": "kgrader_reference"}
-        exec(compile(reference, "reference.py", "exec"), self.ns)  # trusted task code
+        _guard("reference file", lambda: exec(compile(reference, "reference.py", "exec"), self.ns))
+        for name, what in ((self.pw.reference, "the model"), (self.pw.inputs, "the inputs"),
+                           (self.pw.init, "the init inputs")):
+            _lookup(self.ns, name, what)
         first = task.timed or task.tune[0]
         self.init_template = self._init_template(first)
         self.init_args = rebuild(self.init_template, [])
@@ -247,9 +258,12 @@ class GpumodeProblem(ReturnedProblem):
         _guard("support modules", lambda: install_modules(self.pw.modules))
         mod = types.ModuleType("reference")
         sys.modules["reference"] = mod
-        exec(compile(reference, "reference.py", "exec"), mod.__dict__)  # trusted task code
+        _guard("reference file",
+               lambda: exec(compile(reference, "reference.py", "exec"), mod.__dict__))
         self.ns = mod.__dict__
-        self.checker = self.ns[self.pw.checker] if self.pw.checker else None
+        _lookup(self.ns, self.pw.reference, "the reference kernel")
+        _lookup(self.ns, self.pw.inputs, "the input generator")
+        self.checker = _lookup(self.ns, self.pw.checker, "the checker") if self.pw.checker else None
 
     def _generate(self, dims: dict[str, int], seed: int) -> Any:
         args: dict[str, Any] = {**dims, **self.pw.fixed_args}

@@ -91,6 +91,9 @@ def check_task(spec: TaskSpec, reference: str, *, backend: str = "auto", device:
         report.add(need <= limit, "every shape fits the memory limit",
                    f"largest needs ~{need / 2**20:.1f} MiB of {limit >> 20} MiB"
                    + (" (the largest shape any draw can give)" if gen is not None else ""))
+        if need > limit:  # running it would only meet the sandbox's memory limit
+            report.add(False, "the reference runs", "not run: the shapes exceed the memory limit")
+            return report
     record = run_judge_mode(request, {}, backend=backend, limits=spec.limits)
     if record.errors:
         e = record.errors[0]
