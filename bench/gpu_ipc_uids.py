@@ -22,7 +22,7 @@ def owner() -> None:
     from multiprocessing.reduction import ForkingPickler
 
     import torch
-    import torch.multiprocessing  # noqa: F401
+    import torch.multiprocessing
 
     t = torch.zeros(1 << 20, dtype=torch.float32, device="cuda")
     buf = io.BytesIO()
@@ -37,7 +37,7 @@ def user() -> None:
     import pickle
 
     import torch
-    import torch.multiprocessing  # noqa: F401
+    import torch.multiprocessing
 
     data = base64.b64decode(sys.stdin.readline())
     t = pickle.loads(data)

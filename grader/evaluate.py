@@ -26,6 +26,7 @@ from grader import __version__
 from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
 from grader.backends.cleanup import mark_kept, mark_owner
 from grader.backends.select import detect_device, select_backend
+from grader.diagnostics.locate import sanitize_request
 from grader.errors import InfrastructureError, UsageError
 from grader.limits import Limits
 from grader.report.model import CandidateInfo, Report, ReportError, SandboxInfo
@@ -70,6 +71,8 @@ class EvalRequest(BaseModel):
     candidate: Source
     current: Source | None = None
     current_trusted: bool = Field(False, description="The current is trusted (a task's reference).")
+    candidate_trusted: bool = Field(
+        False, description="The candidate is trusted task code (a leaderboard's reference check).")
     policy: Policy | str | None = Field(None, description="None: the task's policy.")
     limits: Limits | None = Field(None, description="None: the task's limits.")
     backend: str = "auto"
@@ -80,6 +83,9 @@ class EvalRequest(BaseModel):
     work_dir: Path | None = None
     keep: bool = False
     peaks: dict[str, float] | None = None
+    sanitize: Literal["memcheck", "racecheck", "none", "default"] | None = Field(
+        None, description="compute-sanitizer for the correctness stage; 'default': the task's "
+                          "tool or else memcheck; None: the task's `sanitize`.")
     shape_seed: int | None = Field(None, description="Seed of a generated task's shape draw (a "
                                    "leaderboard secret); None: a fresh secret per evaluation.")
 
@@ -154,7 +160,10 @@ def stage_files(req: EvalRequest, device: wire.Device, floor_ms: float | None) -
         task=req.task.to_wire(audit_ops=kernel_only(req.task)), reference=req.reference,
         candidate=f"{wire.IN_MOUNT}/{wire.CANDIDATE_NAME}",
         current=f"{wire.IN_MOUNT}/{wire.CURRENT_NAME}" if req.current is not None else None,
-        stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms))
+        stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms,
+        trusted_candidate=req.candidate_trusted,
+        trusted_current=req.current is not None and req.current_trusted,
+        sanitize=sanitize_request(req.sanitize, req.task.sanitize)))
     return Staged(root, in_dir, out_dir, key)
 
 

@@ -165,7 +165,11 @@ class CostModel(_Frozen):
 
 
 class AcceptanceSpec(_Frozen):
-    rule: Literal["seed", "controlled"] = "seed"
+    rule: Literal["seed", "controlled", "gain"] = Field(
+        "seed", description="Which rule decides: seed (the classic median-of-ratios rule, false "
+                            "accepts not controlled), controlled (sequential sign test that the "
+                            "gain exceeds the margin), gain (sequential sign test that there is "
+                            "a gain, the margin on the point estimate).")
     min_improvement_fraction: float = Field(0.01, ge=0, lt=1)
     min_pairs: int = Field(5, ge=1)
     min_positive_fraction: float = Field(0.6, ge=0, le=1)
@@ -211,6 +215,8 @@ class TaskSpec(_Frozen):
     acceptance: AcceptanceSpec = AcceptanceSpec()
     limits: Limits = Limits()
     policy: str = "default"
+    sanitize: Literal["none", "memcheck", "racecheck"] = Field(
+        "none", description="Run the correctness stage under compute-sanitizer (GPU only).")
     roofline_floor_ms: float | None = Field(
         None, ge=0, description="Fixed floor; None: derived from the cost model and device peaks."
     )

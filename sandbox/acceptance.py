@@ -26,7 +26,8 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
     clocks = {id(cand): SideClock(ev, cand, "accept"), id(cur): SideClock(ev, cur, "accept")}
     threads = {id(s): ev.noop_threads(s, "accept") for s in (cand, cur)}
     seq = stats.SequentialSignTest(delta=acc.min_improvement_fraction, alpha=acc.alpha,
-                                   looks=acc.looks) if sequential else None
+                                   looks=acc.looks, point_margin=acc.rule == "gain") \
+        if sequential else None
     for i in range(n_max):
         inputs = ev.inputs(slots)
         order = (cand, cur) if i % 2 == 0 else (cur, cand)
@@ -89,7 +90,7 @@ def acceptance_stage(ev: Evaluation, cand: Side) -> AcceptanceRecord:
     acc = ev.task.acceptance
     cand, cur = open_pair(ev, cand)
     n_seed = max(acc.pairs, acc.min_pairs)
-    controlled = acc.rule == "controlled"
+    controlled = acc.rule in ("controlled", "gain")
     n_max = max(n_seed, max(acc.looks)) if controlled else n_seed
     warm_up(ev, [cand, cur], ev.slots(), "accept")  # discarded pairs: a steady power state
     deciding = measure_pairs(ev, cand, cur, n_max, controlled)

@@ -34,16 +34,20 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
         # wide enough that host load (two evaluations on two cores) never trips it.
         budget = max(2.0, 0.5 * (_median(judge_ms) - _median(noop_overhead)))
     else:
-        # The launch itself (Triton's Python launcher, argument handling) is host time the
-        # empty call does not have: 0.10 ms for vector_add on an H200 (seen), so the floor
-        # leaves twice that. The idle-tail check below is the precise one on CUDA.
-        budget = max(0.2, 0.25 * med_ms)
+        # Empty calls take the real call's path, so honest calls measured -0.022..+0.011 ms
+        # here on an H200 (12 evaluations, docs/BENCHMARKS.md; 0.10 ms before empty calls
+        # took that path). The floor leaves a wide margin for host jitter; it is also the
+        # most a runner lying about its events can shave off a short kernel.
+        budget = max(0.08, 0.25 * med_ms)
     hidden = _median([j - m for j, m in zip(judge_ms, ms, strict=True)]) - _median(noop_overhead)
     out: dict[str, Any] = {"hidden_ms": hidden, "budget_ms": budget, "escaped": hidden > budget,
                            "flagged": sum(1 for j, m in zip(judge_ms, ms, strict=True)
                                           if j - m > 2 * (_median(noop_overhead) + budget))}
     if device != "cpu" and tails and noop_tails:
-        tail_budget = max(0.005, 0.2 * med_ms)
+        # Honest tails on an H200 spread -5.4..+8.3 us around the empty call's (the host's
+        # latency between the sync returning and the marker being recorded, under the
+        # runner's seccomp filter): a 20 us floor.
+        tail_budget = max(0.02, 0.2 * med_ms)
         tail_hidden = _median(tails) - _median(noop_tails)
         out.update({"tail_hidden_ms": tail_hidden, "tail_budget_ms": tail_budget})
         if tail_hidden > tail_budget:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from sandbox import prestart
 from sandbox.device import device_environment
 from sandbox.failure import StageFailure, infrastructure
 from sandbox.outputs import collect_outputs, verify_outputs
@@ -24,6 +25,7 @@ from sandbox.tensors import Guards, Slot, compare, poison, total_bytes
 from sandbox.wire import (
     WIRE_VERSION,
     CorrectnessRecord,
+    DiagnosticsRecord,
     ErrorStage,
     ErrorWire,
     JudgeRequest,
@@ -57,6 +59,7 @@ class Evaluation:
         self.timing: Any = None
         self.acceptance: Any = None
         self.calibration: dict[str, Any] | None = None
+        self.diagnostics: DiagnosticsRecord | None = None  # sandbox/profiling.py
         self.phases: dict[str, float] = {}
         self.started_wall: float | None = None
         self._runners = 0
@@ -123,7 +126,8 @@ class Evaluation:
         try:
             side = Side(path, self.task.entrypoint, self.dev, self.nbytes, self.task.benchmark,
                         self.gpu_fraction(), self.left(self.compile_deadline),
-                        audit_ops=self.task.audit_ops, buffers=buffers,
+                        audit_ops=self.task.audit_ops and not self.trusted(path),
+                        buffers=buffers, runner=prestart.take(path),
                         extra=self.problem.runner_setup())
         except RunnerFailure as e:
             if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
@@ -142,6 +146,11 @@ class Evaluation:
             raise self.failure(stage, e) from None
         side.base_threads = int(reply.get("threads", -1))
         return side
+
+    def trusted(self, path: str) -> bool:
+        """Whether ``path`` is trusted task code (exempt from the kernel-only op audit)."""
+        return ((path == self.req.candidate and self.req.trusted_candidate)
+                or (path == self.req.current and self.req.trusted_current))
 
     def close_side(self, side: Side) -> None:
         side.close()
@@ -228,7 +237,7 @@ class Evaluation:
 
         try:
             extra = identity.extra_runner_processes(
-                {s.runner.proc.pid: s.runner.uid for s in self.sides})
+                {**prestart.pending(), **{s.runner.proc.pid: s.runner.uid for s in self.sides}})
         except identity.IsolationUnavailable as e:
             raise infrastructure(identity.ISOLATION_CODE, str(e)) from None
         if extra:
@@ -331,12 +340,14 @@ class Evaluation:
                       environment=device_environment(self.device), compile_s=self.compile_s,
                       correctness=self.correctness_record(), timing=self.timing,
                       acceptance=self.acceptance, calibration=self.calibration,
+                      diagnostics=self.diagnostics,
                       phases=dict(self.phases), judge_started=self.started_wall,
                       judge_finished=time.time())
 
     def shutdown(self) -> None:
         for side in list(self.sides):
             self.close_side(side)
+        prestart.close_all()
 
 
 def _num(x: Any) -> float | None:

@@ -106,6 +106,10 @@ def main() -> int:
         return 0
     if req.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
+    # The secret is gone: start the runners now, so they import torch while the judge does.
+    from sandbox import prestart
+
+    prestart.start(req)
     # torch is imported only now, after the secret file is gone and the process is hardened.
     try:
         from sandbox.run import run_mode

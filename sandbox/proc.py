@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,7 +40,10 @@ class RunnerHandle:
     fault, and no runner is started.
     """
 
-    def __init__(self, module_path: str, entry: str, device: str, pass_fds: tuple[int, ...] = ()):
+    def __init__(self, module_path: str, entry: str, device: str, pass_fds: tuple[int, ...] = (),
+                 prefix: tuple[str, ...] = ()):
+        # ``prefix`` wraps the runner's argv (ncu / compute-sanitizer, sandbox/profiling.py);
+        # the tool is then the process-group leader, so kill() still ends the whole tree.
         try:
             self.identity = identity.new_runner_identity(module_path)
             identity.prepare_fork()
@@ -50,12 +54,15 @@ class RunnerHandle:
         self.answered = False  # before the first answer, no candidate code has run
         j2r_r, j2r_w = os.pipe()
         r2j_r, r2j_w = os.pipe()
-        cmd = [sys.executable, "-m", "sandbox.runner_boot", "--read-fd", str(j2r_r),
-               "--write-fd", str(r2j_w), "--module", module_path, "--entry", entry,
-               "--device", device]
+        # A unix socket beside the pipes: buffers (memfd, CUDA VMM handles) can be handed
+        # over after the runner started, so that it imports torch while the judge does.
+        self.sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cmd = [*prefix, sys.executable, "-m", "sandbox.runner_boot", "--read-fd", str(j2r_r),
+               "--write-fd", str(r2j_w), "--fd-sock", str(child_sock.fileno()),
+               "--module", module_path, "--entry", entry, "--device", device]
         try:
             self.proc = subprocess.Popen(
-                cmd, pass_fds=(j2r_r, r2j_w, *pass_fds),
+                cmd, pass_fds=(j2r_r, r2j_w, child_sock.fileno(), *pass_fds),
                 env=harden.clean_env(device, self.identity.env()),
                 stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077,
                 user=self.uid, group=self.identity.gid, extra_groups=list(self.identity.groups),
@@ -64,10 +71,13 @@ class RunnerHandle:
         except OSError as e:  # setgroups/setregid/setreuid refused in the child
             for fd in (j2r_r, j2r_w, r2j_r, r2j_w):
                 os.close(fd)
+            child_sock.close()
+            self.sock.close()
             raise RunnerFailure(identity.ISOLATION_CODE,
                                 f"cannot start the runner as uid {self.uid}: {e}") from None
         os.close(j2r_r)
         os.close(r2j_w)
+        child_sock.close()
         self.wfd, self.rfd = j2r_w, r2j_r
         self.started = time.monotonic()
 
@@ -78,6 +88,13 @@ class RunnerHandle:
             else:
                 protocol.send_json(self.wfd, msg)
         except protocol.ChannelClosed:
+            raise self._death() from None
+
+    def send_fds(self, fds: list[int]) -> None:
+        """Hand file descriptors (the shared buffers) to the runner over its unix socket."""
+        try:
+            socket.send_fds(self.sock, [b"F"], fds)
+        except OSError:
             raise self._death() from None
 
     def send_forking(self, msg: dict[str, Any]) -> None:
@@ -158,3 +175,4 @@ class RunnerHandle:
         for fd in (self.wfd, self.rfd):
             with contextlib.suppress(OSError):
                 os.close(fd)
+        self.sock.close()

@@ -50,6 +50,10 @@ def run_mode(req: JudgeRequest, started: tuple[float, float]) -> Record:
             from sandbox.rule_calibration import run_calibration
 
             run_calibration(ev)
+        elif req.mode == "profile":  # hardware counters under ncu
+            from sandbox.profiling import run_profile
+
+            run_profile(ev)
         else:
             _evaluate(ev)
     except StageFailure as e:
@@ -73,7 +77,12 @@ def _evaluate(ev: Evaluation) -> None:
     ev.phase("compile", t)
     if "correctness" in ev.req.stages:
         t = time.monotonic()
-        correctness_stage(ev, cand)
+        if ev.req.sanitize is not None:  # under compute-sanitizer, in a runner of its own
+            from sandbox.profiling import sanitized_correctness
+
+            sanitized_correctness(ev, cand)
+        else:
+            correctness_stage(ev, cand)
         ev.phase("correctness", t)
     if "benchmark" in ev.req.stages:
         t = time.monotonic()

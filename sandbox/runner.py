@@ -61,6 +61,7 @@ def _classify(exc: BaseException) -> str:
 class Runner:
     def __init__(self, args: argparse.Namespace) -> None:
         self.rfd, self.wfd = args.read_fd, args.write_fd
+        self.fd_sock = args.fd_sock
         self.path, self.entry, self.device = args.module, args.entry, args.device
         self.base: torch.Tensor | None = None
         self.bases: list[torch.Tensor] = []
@@ -77,18 +78,22 @@ class Runner:
 
     def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.monotonic()
+        import socket
+
+        with socket.socket(fileno=os.dup(self.fd_sock)) as sock:
+            _, fds, _, _ = socket.recv_fds(sock, 1, 8)
         if self.device == "cpu":
-            fd = int(msg["memfd"])
+            fd = fds[0]
             self._mm = mmap.mmap(fd, int(msg["nbytes"]))
+            os.close(fd)
             self.base = torch.frombuffer(self._mm, dtype=torch.uint8)
             self.bases = [self.base]
         else:
             from sandbox.gpu_share import import_buffer
 
-            self._gpu = [import_buffer(int(fd), int(n))
-                         for fd, n in zip(msg["gpu_fds"], msg["sizes"], strict=True)]
-            for fd in msg["gpu_fds"]:
-                os.close(int(fd))
+            self._gpu = [import_buffer(fd, int(n)) for fd, n in zip(fds, msg["sizes"], strict=True)]
+            for fd in fds:
+                os.close(fd)
             self.bases = [b.tensor for b in self._gpu]
             self.base = self.bases[0]
             if msg.get("gpu_fraction"):
@@ -280,6 +285,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--read-fd", type=int, required=True)
     p.add_argument("--write-fd", type=int, required=True)
+    p.add_argument("--fd-sock", type=int, required=True)
     p.add_argument("--module", required=True)
     p.add_argument("--entry", default="launch")
     p.add_argument("--device", default="cpu")

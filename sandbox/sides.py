@@ -23,9 +23,12 @@ class Side:
 
     def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: BenchmarkWire,
                  gpu_fraction: float | None, timeout: float, audit_ops: bool = False,
-                 buffers: tuple[GpuBuffer, ...] = (), extra: dict[str, Any] | None = None):
+                 buffers: tuple[GpuBuffer, ...] = (), prefix: tuple[str, ...] = (),
+                 runner: RunnerHandle | None = None, extra: dict[str, Any] | None = None):
         """``buffers`` (CUDA): this side's own buffer first, then the buffers of the sides it
-        trades with in paired timing; made here when none are given. ``extra``: more setup
+        trades with in paired timing; made here when none are given. ``prefix``: a
+        diagnostics tool wrapping the runner (sandbox/profiling.py). ``runner``: one started
+        ahead (while the judge imported torch), given its buffers now. ``extra``: more setup
         fields (the task's contract, from :meth:`sandbox.problem.Problem.runner_setup`)."""
         self.path = path
         self.device = device
@@ -33,6 +36,7 @@ class Side:
         msg: dict[str, Any] = {"op": "setup", "cache": bench.cache, "flush_mib": bench.flush_mib,
                                "allow_tf32": bench.allow_tf32, "cuda_graph": bench.cuda_graph,
                                "audit_ops": audit_ops, **(extra or {})}
+        self.runner = runner or RunnerHandle(path, entry, device, prefix=prefix)
         if device == "cpu":
             # A sealed memfd: the runner can write the bytes but cannot shrink the file
             # under the judge's mapping (which would SIGBUS the judge).
@@ -41,10 +45,12 @@ class Side:
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
             self._mm = mmap.mmap(fd, nbytes)
             self.base = torch.frombuffer(self._mm, dtype=torch.uint8)
-            os.set_inheritable(fd, True)
-            self.runner = RunnerHandle(path, entry, device, pass_fds=(fd,))
-            os.close(fd)
-            self.runner.send({**msg, "memfd": fd, "nbytes": nbytes})
+            try:
+                self.runner.send({**msg, "nbytes": nbytes})
+                self.runner.send_fds([fd])
+            finally:
+                os.close(fd)
+            self.bases = [self.base]
         else:
             # CUDA's legacy IPC refuses a process of another uid ("mapping of buffer object
             # failed", seen on an H200), and each runner has a uid of its own: the buffers
@@ -52,18 +58,11 @@ class Side:
             if not buffers:
                 buffers = (export_buffer(nbytes),)
             self._own = buffers[0]  # a side owns its first buffer; peers only map it
-            fds = tuple(b.fd for b in buffers)
-            for fd in fds:
-                os.set_inheritable(fd, True)
-            try:
-                self.runner = RunnerHandle(path, entry, device, pass_fds=fds)
-            finally:
-                for fd in fds:
-                    os.set_inheritable(fd, False)
             self.base = buffers[0].tensor
-            self.runner.send({**msg, "gpu_fds": list(fds), "sizes": [b.nbytes for b in buffers],
+            self.runner.send({**msg, "sizes": [b.nbytes for b in buffers],
                               "gpu_fraction": gpu_fraction})
-        self.bases = [self.base] if device == "cpu" else [b.tensor for b in buffers]
+            self.runner.send_fds([b.fd for b in buffers])
+            self.bases = [b.tensor for b in buffers]
         setup = self.runner.receive(timeout, "compile_timeout")
         ready = time.monotonic() - self.runner.started
         self.startup = {"ready": ready}

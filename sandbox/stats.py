@@ -254,7 +254,14 @@ class SequentialSignTest:
     ``K`` and the bound above still holds.
     """
 
-    def __init__(self, delta: float, alpha: float, looks: Sequence[int] = DEFAULT_LOOKS) -> None:
+    def __init__(self, delta: float, alpha: float, looks: Sequence[int] = DEFAULT_LOOKS,
+                 point_margin: bool = False) -> None:
+        """``point_margin`` (the ``gain`` rule): test "any gain" (threshold 0) and put the
+        margin ``delta`` on the point estimate instead: accept when the upper bound on the
+        median ``d`` is below 0 **and** the median ``d`` itself is at most
+        ``-ln(1 + delta)``. Its false-accept rate for candidates with no gain is controlled
+        at ``alpha`` like the controlled rule's; candidates with a gain below the margin can
+        be accepted, with a probability that falls as their gain does."""
         if not 0 <= delta < 1:
             raise ValueError(f"delta {delta} outside [0, 1)")
         if not 0 < alpha < 0.5:
@@ -266,7 +273,9 @@ class SequentialSignTest:
         self.alpha = alpha
         self.looks = planned
         self.alpha_per_look = alpha / len(planned)
-        self.threshold = -math.log1p(delta)
+        self.point_margin = point_margin
+        self.point = -math.log1p(delta)
+        self.threshold = 0.0 if point_margin else self.point
         self._d: list[float] = []
         self._taken: list[Look] = []
         self._decision: Decision = "continue"
@@ -331,7 +340,8 @@ class SequentialSignTest:
         lower = d[n - k] if k is not None else None
         below = sum(1 for x in d if x < self.threshold)
         above = sum(1 for x in d if x > self.threshold)
-        if upper is not None and upper < self.threshold:
+        point_ok = not self.point_margin or statistics.median(d) <= self.point
+        if upper is not None and upper < self.threshold and point_ok:
             decision: Decision = "accept"
         elif last or (lower is not None and lower > self.threshold):
             decision = "reject"
@@ -376,6 +386,7 @@ def sequential_sign_test(
     delta: float = 0.01,
     alpha: float = 0.01,
     looks: Sequence[int] = DEFAULT_LOOKS,
+    point_margin: bool = False,
 ) -> SignTestResult:
     """The controlled rule on paired timings already measured; never raises on bad timings.
 
@@ -383,7 +394,7 @@ def sequential_sign_test(
     are not used. When the data end between planned looks, a final look is taken at the
     pair count reached (see :meth:`SequentialSignTest.finish`).
     """
-    test = SequentialSignTest(delta, alpha, looks)
+    test = SequentialSignTest(delta, alpha, looks, point_margin=point_margin)
     problem = pair_problem(t_cur, t_cand)
     if problem is not None:
         res = test.result()
@@ -397,12 +408,14 @@ def sequential_sign_test(
 
 
 def controlled_rule(t_cur: Sequence[float], t_cand: Sequence[float], *, delta: float, alpha: float,
-                    looks: Sequence[int], min_pairs: int) -> SignTestResult:
-    """The controlled rule as a task applies it: the sequential sign test, and no
-    acceptance from fewer than ``min_pairs`` pairs whatever the test says."""
+                    looks: Sequence[int], min_pairs: int, point_margin: bool = False) -> SignTestResult:
+    """The controlled rule as a task applies it (or, with ``point_margin``, the ``gain``
+    variant): the sequential sign test, and no acceptance from fewer than ``min_pairs``
+    pairs whatever the test says."""
     import dataclasses
 
-    res = sequential_sign_test(t_cur, t_cand, delta=delta, alpha=alpha, looks=looks)
+    res = sequential_sign_test(t_cur, t_cand, delta=delta, alpha=alpha, looks=looks,
+                               point_margin=point_margin)
     if pair_problem(t_cur, t_cand) is None and len(t_cur) < min_pairs:
         res = dataclasses.replace(res, accepted=False,
                                   reason=f"{len(t_cur)} pairs < min_pairs {min_pairs}; {res.reason}")
@@ -419,4 +432,4 @@ def rule_accepts(t_cur: Sequence[float], t_cand: Sequence[float], *, rule: str, 
                          min_improvement_fraction=min_improvement_fraction,
                          min_positive_fraction=min_positive_fraction).accepted
     return controlled_rule(t_cur, t_cand, delta=min_improvement_fraction, alpha=alpha, looks=looks,
-                           min_pairs=min_pairs).accepted
+                           min_pairs=min_pairs, point_margin=rule == "gain").accepted

@@ -35,20 +35,17 @@ JUDGE_UID = 65534
 JUDGE_GID = 65534
 
 Device = Literal["cpu", "cuda", "rocm"]
-Mode = Literal["evaluate", "measure_peak", "calibrate", "check"]
+Mode = Literal["evaluate", "measure_peak", "calibrate", "profile", "check"]
 StageName = Literal["compile", "correctness", "benchmark"]
 ShapeKind = Literal["tune", "hidden"]
+SanitizeTool = Literal["memcheck", "racecheck"]
 Origin = Literal["candidate", "infrastructure"]
 # Stages a judge error can name. ``integrity`` is the candidate breaking the harness
 # itself (killing the judge, forging or flooding the record, tampering with its folder).
 ErrorStage = Literal["sandbox", "compile", "correctness", "benchmark", "accept", "integrity"]
-# How a candidate is called. ``dps``: destination passing, ``launch(*inputs, *outputs)`` on
-# tensors the task declares. ``module`` (KernelBench): ``ModelNew(*init)(*inputs)``, outputs
-# returned. ``gpumode`` (GPU MODE reference-kernels): ``custom_kernel(data)``, outputs
-# returned. For the last two the inputs come from the trusted reference's own generator.
+# How a candidate is called (grader/task.py TaskSpec.contract; sandbox/field.py).
 Contract = Literal["dps", "module", "gpumode"]
-# Tensors of a generated-shape task may name a dtype variable instead of a dtype; a shape
-# binding then holds the variable's choice as an index into this tuple.
+# A generated task's dtype variable is bound to an index into this tuple.
 DTYPE_CODES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int8", "int32",
                                 "int64", "uint8", "bool")
 
@@ -94,7 +91,7 @@ class BenchmarkWire:
 
 @dataclass(frozen=True)
 class AcceptanceWire:
-    rule: Literal["seed", "controlled"]
+    rule: Literal["seed", "controlled", "gain"]
     min_improvement_fraction: float
     min_pairs: int
     min_positive_fraction: float
@@ -106,16 +103,8 @@ class AcceptanceWire:
 
 @dataclass(frozen=True)
 class ProblemWire:
-    """Names in a field task's trusted reference (``module`` and ``gpumode`` contracts).
-
-    ``reference``: the model class or the reference function; ``inputs``: the input
-    generator; ``init``: the constructor-arguments function (module); ``checker``: the
-    problem's own ``check_implementation`` ("" for none); ``seed_arg``: the generator's
-    argument the judge fills with a secret seed ("" for none); ``fixed_args``: generator
-    arguments that are not dimensions; ``scratch``: positions in the generated data the
-    candidate may write (output buffers handed in); ``modules``: trusted helper modules
-    by name (GPU MODE's ``utils``, ``task``), importable by the reference and the candidate.
-    """
+    """Names in a field task's trusted reference; fields as ``grader.task.ProblemSpec``
+    ("" for none; ``modules`` is ``support_modules``)."""
 
     reference: str
     inputs: str
@@ -164,6 +153,25 @@ class CalibrateWire:
 
 
 @dataclass(frozen=True)
+class SanitizeWire:
+    """Run the correctness stage again in a runner under compute-sanitizer (GPU only)."""
+
+    tool: SanitizeTool
+    path: str | None = None  # where the host found it (bound read-only at that path)
+
+
+@dataclass(frozen=True)
+class ProfileWire:
+    """``profile`` mode: Nsight Compute counters of the candidate at the first tune shape."""
+
+    metrics: tuple[str, ...]
+    ncu: str | None = None  # where the host found it (bound read-only at that path)
+    warmup_calls: int = 2  # unprofiled first calls (JIT, autotune)
+    profiled_calls: int = 2
+    max_kernels: int = 64
+
+
+@dataclass(frozen=True)
 class JudgeRequest:
     """Everything the judge is told. Written by the host as the secret file."""
 
@@ -180,8 +188,14 @@ class JudgeRequest:
     stages: tuple[StageName, ...] = ("compile", "correctness", "benchmark")
     shape_kinds: tuple[ShapeKind, ...] = ("tune", "hidden")
     floor_ms: float | None = None
+    # Trusted modules (a task's own reference as the current best, or checked as the
+    # candidate in a leaderboard's reference round) are exempt from the kernel-only audit.
+    trusted_candidate: bool = False
+    trusted_current: bool = False
     quick: bool = False
     calibrate: CalibrateWire | None = None
+    sanitize: SanitizeWire | None = None
+    profile: ProfileWire | None = None
 
 
 # ---- judge -> host -------------------------------------------------------------------
@@ -248,6 +262,67 @@ class AcceptanceRecord:
     replicate_error: str | None = None
 
 
+# Diagnostics: what the tools (running as the runner: untrusted) said, already parsed and
+# capped by the judge. Advice and an extra check, never the only check.
+@dataclass(frozen=True)
+class KernelRecord:
+    id: int
+    name: str
+    block: str = ""
+    grid: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)  # requested ncu metrics, base units
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    tool: Literal["ncu"] = "ncu"
+    version: str | None = None
+    path: str | None = None
+    kernels: tuple[KernelRecord, ...] = ()
+    calls: int = 0
+    skip: int = 0
+    dims: dict[str, int] = field(default_factory=dict)
+    wall_s: float | None = None
+    unmeasured: str | None = None
+    messages: tuple[str, ...] = ()
+    dropped: int = 0
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class FindingRecord:
+    kind: Literal["out_of_bounds", "misaligned", "race"]
+    space: str | None = None
+    access: str | None = None
+    size: int | None = None
+    kernel: str | None = None
+    location: str | None = None
+    thread: tuple[int, ...] | None = None
+    block: tuple[int, ...] | None = None
+    address: str | None = None
+    nearest: dict[str, int | str] | None = None  # distance_bytes, side, allocation(_bytes)
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class SanitizerRecord:
+    tool: SanitizeTool
+    path: str | None = None
+    ran: bool = False  # the tool ran to its summary line
+    wall_s: float | None = None
+    findings: tuple[FindingRecord, ...] = ()
+    error_count: int | None = None
+    more: int = 0
+    tool_errors: tuple[str, ...] = ()
+    unmeasured: str | None = None
+
+
+@dataclass(frozen=True)
+class DiagnosticsRecord:
+    profile: ProfileRecord | None = None  # profile mode
+    sanitizer: SanitizerRecord | None = None  # evaluate mode with ``sanitize``
+
+
 @dataclass(frozen=True)
 class Record:
     """The judge's one result record (authenticated by the host before it is parsed)."""
@@ -264,6 +339,7 @@ class Record:
     acceptance: AcceptanceRecord | None = None
     peaks: dict[str, Any] | None = None
     calibration: dict[str, Any] | None = None
+    diagnostics: DiagnosticsRecord | None = None
     # Where the time went, in seconds (diagnostics only, never a verdict): the judge's own
     # phases and each runner's start-up; wall-clock start and end of the judge (epoch s)
     # let the host add sandbox set-up and teardown.
@@ -283,32 +359,27 @@ def dumps(obj: Any) -> str:
 
 def request_from_json(text: str | bytes) -> JudgeRequest:
     """Parse the judge's request strictly; a version mismatch is a :class:`WireFormatError`."""
-    try:
-        raw = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        raise WireFormatError(f"request is not JSON: {e}") from None
-    if not isinstance(raw, dict):
-        raise WireFormatError("request is not an object")
-    if raw.get("wire_version") != WIRE_VERSION:
-        raise WireFormatError(f"wire version {raw.get('wire_version')!r} from the host, the "
-                              f"judge speaks {WIRE_VERSION}: host and harness are out of step")
-    req: JudgeRequest = _build(JudgeRequest, raw, "request")
+    req: JudgeRequest = _parse(JudgeRequest, text, "request", "from the host, the judge")
     return req
 
 
 def record_from_json(text: str | bytes) -> Record:
-    """Parse a record strictly (the host also validates it through pydantic)."""
+    """Parse a record strictly (the host reads it only after its MAC verified)."""
+    rec: Record = _parse(Record, text, "record", "in the record, the host")
+    return rec
+
+
+def _parse(cls: type[Any], text: str | bytes, what: str, sides: str) -> Any:
     try:
         raw = json.loads(text)
     except (ValueError, RecursionError) as e:
-        raise WireFormatError(f"record is not JSON: {e}") from None
+        raise WireFormatError(f"{what} is not JSON: {e}") from None
     if not isinstance(raw, dict):
-        raise WireFormatError("record is not an object")
+        raise WireFormatError(f"{what} is not an object")
     if raw.get("wire_version") != WIRE_VERSION:
-        raise WireFormatError(f"wire version {raw.get('wire_version')!r} in the record, the "
-                              f"host speaks {WIRE_VERSION}: host and harness are out of step")
-    rec: Record = _build(Record, raw, "record")
-    return rec
+        raise WireFormatError(f"wire version {raw.get('wire_version')!r} {sides} speaks "
+                              f"{WIRE_VERSION}: host and harness are out of step")
+    return _build(cls, raw, what)
 
 
 def _build(cls: type[Any], raw: Any, where: str) -> Any:

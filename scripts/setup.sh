@@ -29,6 +29,8 @@ command -v bwrap >/dev/null || apt_missing+=(bubblewrap)
 command -v setpriv >/dev/null || apt_missing+=(util-linux)
 if ((DEV)); then
     command -v chromium >/dev/null || apt_missing+=(chromium)
+    command -v ninja >/dev/null || apt_missing+=(ninja-build)  # torch C++ extensions (tests)
+    command -v c++ >/dev/null || apt_missing+=(g++)
 fi
 if ((${#apt_missing[@]})); then
     step "apt-get install ${apt_missing[*]}"

@@ -25,6 +25,9 @@ Returned fields (absent stage = ``null`` fields plus the reason in ``unmeasured`
 * profile: ``ai``, ``bound``, ``bottleneck``, ``bandwidth_utilization_pct``,
   ``compute_utilization_pct``, ``roofline_fraction``, ``sm_saturation_pct`` (an alias of
   ``compute_utilization_pct``, not SM occupancy) and the rest of :class:`grader.measure.profile.Profile`;
+  ``advice`` (at most five sentences per kernel, ``"kernel: sentence"``) and ``diagnostics``
+  (:class:`grader.diagnostics.models.Diagnostics`: per-kernel Nsight Compute counters from a
+  separate, untimed profile run; ``null`` fields with reasons where there are none);
 * accept: ``accepted``, ``improvementFraction`` (median of ``(t_best - t_cand)/t_best``),
   ``baseline`` (``"best"`` or ``"none"``), ``evaluation`` (the records folder).
 
@@ -206,9 +209,10 @@ def _calibration(ws: Workspace, refresh: bool = False) -> Any:
                      quick=ws.config.quick_calibration, path=ws.hardware_path)
 
 
-def _profile_fields(ws: Workspace, report: Report) -> dict[str, Any]:
+def _profile_fields(ws: Workspace, report: Report, source: str) -> dict[str, Any]:
+    from grader.diagnostics.run import diagnose
     from grader.measure.peaks import environment_mismatches, forget
-    from grader.measure.profile import analyze
+    from grader.measure.profile import analyze, with_counters
 
     warnings: list[str] = []
     peaks: dict[str, Any] | None = None
@@ -227,12 +231,17 @@ def _profile_fields(ws: Workspace, report: Report) -> dict[str, Any]:
         except KgraderError as e:
             calibration_error = f"calibration failed: {e}"
     prof = analyze(ws.spec, report.timing, peaks)
+    # Counters and advice: a separate, untimed profile run (grader.diagnostics).
+    diag = diagnose(ws.task_dir, source, report, prof, backend=ws.config.backend,
+                    policy=ws.config.policy, peaks=peaks)
+    prof = with_counters(prof, diag.kernels, diag.unmeasured.get("kernels"))
     fields = prof.as_tool_fields()
     if calibration_error is not None:
         fields["unmeasured"] = {k: calibration_error if v.startswith("no calibrated") else v
                                 for k, v in fields["unmeasured"].items()}
         warnings.append(calibration_error)
-    return {"profile": fields, "profile_warnings": warnings}
+    return {"profile": fields, "profile_warnings": warnings,
+            "diagnostics": diag.model_dump(mode="json"), "advice": diag.advice}
 
 
 def profile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, Any]:
@@ -240,10 +249,11 @@ def profile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
     def body(ws: Workspace) -> dict[str, Any]:
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"))
         out = {**_base("profile_kernel", report), **_timing_fields(report)}
-        extra = _profile_fields(ws, report)
+        extra = _profile_fields(ws, report, source)
         prof: dict[str, Any] = extra["profile"]
         remember_tool(ws.spec, report, source, "profile_kernel", prof)
         out["warnings"] += extra["profile_warnings"]
+        out.update(diagnostics=extra["diagnostics"], advice=extra["advice"])
         unmeasured = {**out["unmeasured"], **prof.pop("unmeasured")}
         # The timing's own effective bandwidth / tflops keep their names; the profile's
         # copies are the same numbers under achieved_*.
@@ -344,10 +354,11 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "bench_kernel": ("Check correctness (tune and hidden shapes, several seeds), then time the kernel "
                      "under the task's protocol. Returns ok, correct, mean_ms, median_ms, p95_ms, "
                      "std_ms, bandwidth_gbps, tflops.", _SOURCE),
-    "profile_kernel": ("bench_kernel plus a roofline analysis against the calibrated device peaks: "
-                       "ai, bound, bottleneck, bandwidth_utilization_pct, roofline_fraction, "
-                       "sm_saturation_pct (alias of compute utilisation, not SM occupancy).",
-                       _SOURCE),
+    "profile_kernel": ("bench_kernel plus a roofline analysis against the calibrated device peaks "
+                       "(ai, bound, bottleneck, bandwidth_utilization_pct, roofline_fraction) and, "
+                       "on an NVIDIA GPU, hardware counters per kernel (occupancy, registers, "
+                       "spills, DRAM/SM throughput, bank conflicts, warp stalls) with advice: "
+                       "at most five sentences per kernel saying what to change.", _SOURCE),
     "measure_peak": ("The device's calibrated peaks: copy bandwidth (GB/s) and matmul TFLOP/s per "
                      "dtype (cached per device and software fingerprint).", _NONE),
     "accept_candidate": ("Compare the kernel with the current best in a paired, interleaved run; "

@@ -170,6 +170,9 @@ class BwrapBackend(SandboxBackend):
                 a += ["--symlink", os.readlink(p), f"/{link}"]
             elif p.is_dir():
                 a += ["--ro-bind", str(p), f"/{link}"]
+        # Runners have uids of their own: every folder bwrap creates must be traversable
+        # (bwrap made /etc 0700 here, and a runner could not resolve c++ -> /etc/alternatives).
+        a += ["--perms", "0755", "--dir", "/etc"]
         for name in _ETC_FILES:
             if Path("/etc", name).exists():
                 a += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]

@@ -58,16 +58,22 @@ def limit_options(f: Any) -> Any:
 @click.option("--out", type=click.Path(path_type=Path), help="Also write report.json into this folder.")
 @click.option("--records", type=click.Path(path_type=Path), help="Keep the evaluation in a records folder.")
 @click.option("--gpu", "gpus", multiple=True, help="GPU id or UUID to expose (repeatable).")
+@click.option("--sanitize", is_flag=True,
+              help="Run the correctness stage under compute-sanitizer (memcheck, or the task's "
+                   "tool); timing runs without it. GPU only: on the CPU a warning, not a failure.")
+@click.option("--sanitize-tool", type=click.Choice(["memcheck", "racecheck", "none"]), default=None,
+              help="The compute-sanitizer tool (implies --sanitize; 'none' turns the task's off).")
 @limit_options
 def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, device: str,
         policy: str | None, as_json: bool, out: Path | None, records: Path | None,
-        gpus: tuple[str, ...], **limits: Any) -> None:
+        gpus: tuple[str, ...], sanitize: bool, sanitize_tool: str | None, **limits: Any) -> None:
     """Grade CANDIDATE against the task in TASK_DIR."""
     from grader.evaluate import EvalRequest, evaluate
 
     try:
+        tool = sanitize_tool or ("default" if sanitize else None)  # default: the task's or memcheck
         req = EvalRequest.from_paths(task_dir, candidate, current, limits=limits, backend=backend,
-                                     device=device, policy=policy, gpu_ids=gpus)
+                                     device=device, policy=policy, gpu_ids=gpus, sanitize=tool)
         report = evaluate(req)
         if records is not None:
             from grader.records import Records
@@ -98,6 +104,7 @@ def schema() -> None:
 
 
 def _register_all() -> None:
+    from grader.cli import diagnostics as cli_diagnostics
     from grader.cli import docker as cli_docker
     from grader.cli import experience as cli_experience
     from grader.cli import leaderboard as cli_leaderboard
@@ -107,7 +114,7 @@ def _register_all() -> None:
     from grader.cli import tools as cli_tools
 
     for mod in (cli_scan, cli_records, cli_docker, cli_tools, cli_leaderboard, cli_experience,
-                cli_tasks):
+                cli_diagnostics, cli_tasks):
         mod.register(main)
 
 

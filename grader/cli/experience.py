@@ -10,16 +10,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from grader.errors import KgraderError
+from grader.cli.common import fail, kgrader_errors
 from grader.experience.lessons import lesson, one_line
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -28,22 +27,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 def register(cli: click.Group) -> None:
     """Add the ``experience`` command group."""
     cli.add_command(experience_group)
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
-
-
-def _errors_exit_2(func: F) -> F:
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except KgraderError as e:
-            _fail(str(e))
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _console() -> Console:
@@ -85,7 +68,7 @@ def experience_group() -> None:
 @click.option("--source", "with_source", is_flag=True, help="Include each attempt's source in --json.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object.")
 @_db_opt
-@_errors_exit_2
+@kgrader_errors
 def query_cmd(task: str | None, tags: tuple[str, ...], stage: str | None, code: str | None,
               outcome: str | None, hardware: str | None, here: bool, dims: tuple[str, ...],
               text: str | None,
@@ -99,7 +82,7 @@ def query_cmd(task: str | None, tags: tuple[str, ...], stage: str | None, code: 
     if here:
         key = current_hardware_key("auto", "auto")
         if key is None:
-            _fail("cannot tell this machine's device (--here); use --hardware SUBSTR")
+            fail("cannot tell this machine's device (--here); use --hardware SUBSTR")
     q = Query(task=task, tags=tags, stage=stage, code=code, outcome=outcome,  # type: ignore[arg-type]
               hardware=hardware, hardware_key=key, dims=tuple(parse_dim(d) for d in dims), text=text,
               origin=origin, limit=limit, recent=recent).validate()
@@ -132,7 +115,7 @@ def query_cmd(task: str | None, tags: tuple[str, ...], stage: str | None, code: 
                 type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print what was imported as JSON.")
 @_db_opt
-@_errors_exit_2
+@kgrader_errors
 def add_cmd(sources: tuple[Path, ...], as_json: bool, db: Path | None) -> None:
     """Import finished evaluations from records folders or leaderboard state files."""
     from grader.experience import ExperienceStore
@@ -156,7 +139,7 @@ def add_cmd(sources: tuple[Path, ...], as_json: bool, db: Path | None) -> None:
 @experience_group.command("stats")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 @_db_opt
-@_errors_exit_2
+@kgrader_errors
 def stats_cmd(as_json: bool, db: Path | None) -> None:
     """Counts: attempts, passed/failed, by origin, task, tag, failing stage, error code, hardware."""
     from grader.experience import ExperienceStore

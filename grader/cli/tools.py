@@ -140,8 +140,8 @@ def _mirror(cmd_name: str, tool: str) -> click.Command:
     return command
 
 
+# `kgrader profile -w DIR FILE` lives in grader/cli/diagnostics.py (it also takes TASK CANDIDATE).
 _MIRRORS = tuple(_mirror(c, t) for c, t in (("compile", "compile_kernel"), ("bench", "bench_kernel"),
-                                             ("profile", "profile_kernel"),
                                              ("accept", "accept_candidate")))
 
 

@@ -19,14 +19,13 @@ such an interpreter, and says so.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
 
+from grader.db import transaction
 from grader.experience.model import ExperienceError, ExperienceSchemaError
 
 __all__ = ["BUSY_TIMEOUT_MS", "SCHEMA_VERSION", "Opened", "connect", "fts5_available", "transaction"]
@@ -82,16 +81,6 @@ def fts5_available() -> bool:
     return True
 
 
-@contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """One ``BEGIN IMMEDIATE`` transaction: the write lock is taken up front (no upgrade deadlock)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:

@@ -80,10 +80,13 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local") -> J
         if job.round == "reference":
             kw["policy"] = REFERENCE_POLICY
             kw["stages"] = ("compile", "correctness")
+            kw["candidate_trusted"] = True  # the task's own reference: no kernel-only audit
         else:
             kw["current"] = Source(name=f"{job.task.name}/reference.py", text=job.task.reference)
             kw["current_trusted"] = True  # the task's own reference: trusted, not scanned
             kw["policy"] = job.policy
+            if job.round == "rerun":  # ranked entries: correctness again under the memory checker
+                kw["sanitize"] = "default"
         req = EvalRequest(task=spec, reference=job.task.reference,
                           candidate=Source(name=f"{job.submission}/{job.task.name}.py",
                                            text=check_source(job.source)),

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from grader.db import transaction as _tx
 from grader.errors import UsageError
 
 SCHEMA_VERSION = 1
@@ -228,16 +227,6 @@ class State:
         return int(self.conn.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
 
 
-@contextmanager
-def _tx(conn: sqlite3.Connection) -> Iterator[None]:
-    """One immediate transaction: committed on success, rolled back on any exception."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 def _check_version(conn: sqlite3.Connection, path: Path, tables: set[str]) -> None:

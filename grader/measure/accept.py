@@ -63,7 +63,7 @@ def seed_outcome(t_cur: Sequence[float], t_cand: Sequence[float], spec: Acceptan
 
 
 def controlled_outcome(
-    t_cur: Sequence[float], t_cand: Sequence[float], spec: AcceptanceSpec
+    t_cur: Sequence[float], t_cand: Sequence[float], spec: AcceptanceSpec, gain: bool = False
 ) -> RuleOutcome:
     """The sequential sign-test rule as a report :class:`RuleOutcome`.
 
@@ -72,7 +72,7 @@ def controlled_outcome(
     """
     res: SignTestResult = controlled_rule(
         t_cur, t_cand, delta=spec.min_improvement_fraction, alpha=spec.alpha, looks=spec.looks,
-        min_pairs=spec.min_pairs)
+        min_pairs=spec.min_pairs, point_margin=gain)
     accepted, reason = res.accepted, res.reason
     numbers: dict[str, Any] = asdict(res)
     del numbers["accepted"], numbers["reason"]
@@ -86,7 +86,8 @@ def controlled_outcome(
         median_d=None if last is None else last.median_d,
         pairs_used=None if last is None else last.pairs,
     )
-    return RuleOutcome(rule="controlled", accepted=accepted, reason=reason, numbers=numbers)
+    return RuleOutcome(rule="gain" if gain else "controlled", accepted=accepted, reason=reason,
+                       numbers=numbers)
 
 
 def decide(t_cur: Sequence[float], t_cand: Sequence[float], spec: AcceptanceSpec) -> AcceptanceResult:
@@ -99,6 +100,7 @@ def decide(t_cur: Sequence[float], t_cand: Sequence[float], spec: AcceptanceSpec
     try:
         seed = seed_outcome(t_cur, t_cand, spec)
         controlled = controlled_outcome(t_cur, t_cand, spec)
+        gain = controlled_outcome(t_cur, t_cand, spec, gain=True)
     except Exception as e:  # never raise: a host-side bug must still yield a verdict
         reason = f"acceptance could not be computed: {type(e).__name__}: {e}"
         return AcceptanceResult(
@@ -106,7 +108,7 @@ def decide(t_cur: Sequence[float], t_cand: Sequence[float], spec: AcceptanceSpec
             positive_fraction=None, reason=reason,
             unmeasured={"improvement_fraction": reason, "positive_fraction": reason},
         )
-    deciding = seed if spec.rule == "seed" else controlled
+    deciding = {"seed": seed, "controlled": controlled, "gain": gain}[spec.rule]
     median_r = seed.numbers.get("median_r")
     pos_frac = seed.numbers.get("positive_fraction")
     unmeasured: dict[str, str] = {}
@@ -121,7 +123,7 @@ def decide(t_cur: Sequence[float], t_cand: Sequence[float], spec: AcceptanceSpec
         pairs=int(seed.numbers["pairs"]),
         positive_fraction=pos_frac,
         reason=f"{spec.rule} rule: {deciding.reason}",
-        rules=[seed, controlled],
+        rules=[seed, controlled, gain],
         unmeasured=unmeasured,
     )
 

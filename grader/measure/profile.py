@@ -19,8 +19,9 @@ the calibrated peaks (:mod:`grader.measure.peaks`). Definitions:
 The compute ceiling is the calibrated *matmul* peak for the task's dtype (the tensor-core
 roof on GPUs), falling back to the highest measured dtype; for elementwise flops this is
 an optimistic ceiling, which the ``notes`` say. Nothing here is a hardware counter:
-registers, occupancy and spills need a profiler (Nsight Compute) that kgrader does not
-run, so they are ``None`` with the reason in ``unmeasured``.
+registers, occupancy and spills come from Nsight Compute in a separate sandbox run
+(:mod:`grader.diagnostics`); :func:`with_counters` copies them in from its result, and
+without one they stay ``None`` with the reason in ``unmeasured``.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from grader.report.model import TimingStats
 from grader.task import TaskSpec
 
-__all__ = ["Profile", "RooflinePoint", "analyze", "roofline_point"]
+__all__ = ["Profile", "RooflinePoint", "analyze", "counters_roofline", "roofline_point",
+           "with_counters"]
 
-_NO_PROFILER = ("not measured: kgrader runs no hardware profiler (Nsight Compute / rocprof) in the "
-                "sandbox; the roofline uses only the cost model, the verified time and calibrated peaks")
+_NO_PROFILER = ("not measured: no hardware-counter profiler ran for this analysis "
+                "(grader.diagnostics runs Nsight Compute on an NVIDIA GPU)")
 _FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -199,3 +201,49 @@ def analyze(spec: TaskSpec, timing: TimingStats | None, peaks: Mapping[str, Any]
     prof.notes.append("sm_saturation_pct is compute_utilization_pct under another name, not an "
                       "SM-occupancy measurement")
     return prof
+
+
+def counters_roofline(spec: TaskSpec, dims: Mapping[str, int], kernel_ms: float,
+                      peaks: Mapping[str, Any] | None) -> tuple[RooflinePoint | None, str | None]:
+    """The roofline of one call whose kernels took ``kernel_ms`` in total (Nsight Compute's
+    durations, not the benchmark's median), or ``(None, reason)``."""
+    if spec.cost_model is None:
+        return None, "the task has no cost model"
+    if kernel_ms <= 0:
+        return None, "the kernels' duration is zero"
+    if not peaks:
+        return None, "no calibrated peaks (run `kgrader calibrate`)"
+    bw = peaks.get("bandwidth_gbps")
+    peak_tf, _, _ = _compute_peak(spec, peaks)
+    if not isinstance(bw, int | float) or bw <= 0 or peak_tf is None:
+        return None, "the calibration lacks a bandwidth or a matmul peak"
+    nbytes, flops = spec.cost_model.evaluate(dict(dims))
+    return roofline_point(nbytes, flops, kernel_ms, float(bw), peak_tf), None
+
+
+def with_counters(prof: Profile, kernels: list[Any], why_not: str | None = None) -> Profile:
+    """``prof`` with registers, occupancy and spills of the longest profiled kernel.
+
+    ``kernels`` are :class:`grader.diagnostics.models.KernelDiagnostics`; with none, the
+    three stay ``None`` and ``why_not`` (the profile's reason) replaces the default one.
+    """
+    out = prof.model_copy(deep=True)
+    timed = [k for k in kernels if k.counters.duration_ms is not None]
+    if not timed:
+        if why_not:
+            for key in ("registers_per_thread", "occupancy_pct", "spills_bytes"):
+                out.unmeasured[key] = why_not
+        return out
+    c = max(timed, key=lambda k: k.counters.duration_ms).counters
+    for key, value, src in (("registers_per_thread", c.registers_per_thread, "registers_per_thread"),
+                            ("occupancy_pct", c.achieved_occupancy_pct, "achieved_occupancy_pct"),
+                            ("spills_bytes", None if c.spill_bytes is None else int(c.spill_bytes),
+                             "spill_bytes")):
+        setattr(out, key, value)
+        if value is None:
+            out.unmeasured[key] = c.unmeasured.get(src, "not measured by Nsight Compute")
+        else:
+            out.unmeasured.pop(key, None)
+    if len(kernels) > 1:
+        out.notes.append("registers, occupancy and spills are those of the longest kernel")
+    return out

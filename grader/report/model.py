@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from grader.backends.enforcement import Enforcement
+from grader.diagnostics.models import Diagnostics
 from grader.limits import LimitName, Limits
 
 SCHEMA_VERSION = "2.0"
@@ -120,7 +121,7 @@ class TimingStats(_Model):
 
 
 class RuleOutcome(_Model):
-    rule: Literal["seed", "controlled"]
+    rule: Literal["seed", "controlled", "gain"]
     accepted: bool
     reason: str
     numbers: dict[str, Any] = Field(default_factory=dict)
@@ -128,7 +129,7 @@ class RuleOutcome(_Model):
 
 class AcceptanceResult(_Model):
     accepted: bool
-    rule: Literal["seed", "controlled"]
+    rule: Literal["seed", "controlled", "gain"]
     improvement_fraction: float | None
     pairs: int
     positive_fraction: float | None
@@ -199,6 +200,7 @@ class Report(_Model):
     timing_current: TimingStats | None = None
     acceptance: AcceptanceResult | None = None
     sandbox: SandboxInfo | None = None
+    diagnostics: Diagnostics | None = Field(None, description="Memory checker (--sanitize).")
     environment: dict[str, Any] = Field(default_factory=dict)
     shapes: ShapeSets | None = Field(None, description="Drawn shape sets (generated tasks only).")
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))

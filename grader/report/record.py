@@ -46,6 +46,10 @@ def _caps(rec: wire.Record) -> str | None:
     if rec.stage == "integrity" or any(e.stage == "integrity" and e.code != "out_tampered"
                                        for e in rec.errors):
         return "only the host may judge integrity, apart from out_tampered"
+    if rec.diagnostics is not None:  # counters and sanitizer findings (grader/diagnostics)
+        from grader.diagnostics.run import record_problem
+
+        return record_problem(rec.diagnostics)
     return None
 
 

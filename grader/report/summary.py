@@ -96,6 +96,10 @@ def build_report(report: Report, spec: TaskSpec, rec: wire.Record, outcome: Sand
             first_bad=BadElement(**c.first_bad) if c.first_bad else None)
     if rec.timing is not None:
         report.timing = timing_stats(spec, rec.timing, report.device or rec.device)
+    if rec.diagnostics is not None:  # the sanitizer's result and overhead
+        from grader.diagnostics.run import build_diagnostics
+
+        report.diagnostics = build_diagnostics(rec.diagnostics, spec=spec)
     if rec.acceptance is not None:
         report.acceptance = decide_with_replicate(rec.acceptance, spec.acceptance)
     elif any(e.stage == "accept" for e in report.errors):

@@ -34,10 +34,29 @@ from .standin_launch import launch_argv
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CANDIDATES = HERE / "candidates"
-TASK = REPO / "examples" / "vector_add_small"
-GOOD = TASK / "candidates" / "good.py"
-WRONG = TASK / "candidates" / "wrong.py"
-BROKEN = TASK / "candidates" / "broken.py"
+EXAMPLE = REPO / "examples" / "vector_add_small"
+GOOD = EXAMPLE / "candidates" / "good.py"
+WRONG = EXAMPLE / "candidates" / "wrong.py"
+BROKEN = EXAMPLE / "candidates" / "broken.py"
+
+
+def _task_with_default_policy() -> Path:
+    """vector_add_small under the ``default`` policy: the conformance candidates compute
+    with torch on purpose (they probe the sandbox, not kernel-writing), and a
+    ``triton-only`` task would stop them at its runtime op audit before any limit fires."""
+    import json
+    import shutil
+    import tempfile
+
+    dst = Path(tempfile.mkdtemp(prefix="kgrader-conformance-task-")) / "vector_add_small"
+    shutil.copytree(EXAMPLE, dst, ignore=shutil.ignore_patterns("candidates"))
+    spec = json.loads((dst / "task.json").read_text())
+    spec["policy"] = "default"
+    (dst / "task.json").write_text(json.dumps(spec))
+    return dst
+
+
+TASK = _task_with_default_policy()
 RUNTIME_ONLY = REPO / "tests" / "policies" / "runtime-only.toml"
 BACKENDS = ("bwrap", "docker")
 # Generous: other work may share the 2 cores; only the timeout tests use small limits.

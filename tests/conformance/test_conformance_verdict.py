@@ -57,7 +57,7 @@ open("/kg/out/{RESULT_NAME}", "w").write(body)
     assert (out_dir / RESULT_NAME).stat().st_size > cap
     with pytest.raises(ResultProblem) as exc:
         read_result(out_dir / RESULT_NAME, secrets.token_bytes(32), cap)
-    assert exc.value.error.code == "result_too_large"
+    assert exc.value.code == "result_too_large" and not exc.value.authentic
     report = _collect(host, outcome, out_dir, secrets.token_bytes(32))
     assert not report.ok
     assert [(e.stage, e.code) for e in report.errors] == [("integrity", "result_too_large")]
@@ -93,12 +93,16 @@ def test_planted_result_link_or_fifo_is_not_followed(host: Host, plant: str) -> 
     host.assert_unharmed()
 
 
-def test_judge_killed_by_runner_is_reported_as_judge_died(host: Host) -> None:
+def test_runner_cannot_kill_its_judge(host: Host) -> None:
+    # The runner has a uid of its own and a seccomp filter: the kill is refused, the
+    # candidate's import fails, and the judge lives to report it. (How a judge that does die
+    # without a record is reported, stage integrity and code judge_died, is tested in
+    # tests/unit/test_wire.py.)
     report = host.evaluate("kill_judge")
     assert not report.ok, describe(report)
-    assert [(e.stage, e.code) for e in report.errors] == [("integrity", "judge_died")], describe(
-        report
-    )
+    e = report.errors[0]
+    assert (e.stage, e.code, e.origin) == ("compile", "exception", "candidate"), describe(report)
+    assert "PermissionError" in e.message, describe(report)
     assert report.correctness is None
     host.assert_unharmed()
 
@@ -106,10 +110,12 @@ def test_judge_killed_by_runner_is_reported_as_judge_died(host: Host) -> None:
 @pytest.mark.parametrize(
     ("candidate", "codes"),
     [
-        ("forge_result_then_wrong", {"wrong_values", "out_tampered"}),
-        ("forge_result_then_kill_judge", {"result_forged"}),
+        # /kg/out belongs to the judge's uid: a runner's write is refused at import
+        # (PermissionError), which is the first line of defence; the record's MAC the second.
+        ("forge_result_then_wrong", {"wrong_values", "out_tampered", "import", "exception"}),
+        ("forge_result_then_kill_judge", {"result_forged", "import", "exception"}),
         ("forge_result_block_judge", {"out_tampered", "result_forged", "judge_died",
-                                      "result_unreadable"}),
+                                      "result_unreadable", "import", "exception"}),
     ],
 )
 def test_candidate_forging_result_file_does_not_pass(
@@ -118,6 +124,8 @@ def test_candidate_forging_result_file_does_not_pass(
     report = host.evaluate(candidate)
     assert not report.ok, describe(report)
     assert report.errors and report.errors[0].code in codes, describe(report)
+    if report.errors[0].code in ("import", "exception"):
+        assert "PermissionError" in report.errors[0].message, describe(report)
     assert not (
         report.correctness
         and report.correctness.passed

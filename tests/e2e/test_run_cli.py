@@ -79,7 +79,7 @@ def test_current_equal_to_candidate_is_not_accepted_and_both_rules_are_reported(
     assert rc == 1 and r["ok"] is False and r["stage"] == "accept"
     acc = r["acceptance"]
     assert acc["accepted"] is False and acc["pairs"] >= 5
-    assert {x["rule"] for x in acc["rules"]} == {"seed", "controlled"}
+    assert {x["rule"] for x in acc["rules"]} == {"seed", "controlled", "gain"}
 
 
 @pytest.mark.parametrize("attack,rule", [("write_result_file.py", None), ("patch_allclose.py", None),

@@ -41,8 +41,8 @@ def test_seed_rule_decides_hand_computed_example_and_both_rules_are_reported() -
     assert res.improvement_fraction == pytest.approx(0.1)
     assert res.positive_fraction == pytest.approx(0.8)
     assert res.pairs == 5
-    assert [r.rule for r in res.rules] == ["seed", "controlled"]
-    seed, controlled = res.rules
+    assert [r.rule for r in res.rules] == ["seed", "controlled", "gain"]
+    seed, controlled, _gain = res.rules
     assert seed.accepted and seed.numbers["median_r"] == pytest.approx(0.1)
     # five pairs are too few for a sign-test bound at alpha / 4
     assert not controlled.accepted and "no upper bound" in controlled.reason

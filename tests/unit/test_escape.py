@@ -40,7 +40,15 @@ def test_gpu_launch_cost_hidden_behind_the_flush_is_not_flagged() -> None:
 
 def test_gpu_work_left_running_past_the_end_event_is_flagged_by_the_idle_tail() -> None:
     ms = [0.004] * 100  # the events saw only the launch
-    judge = [0.30 + 0.012] * 100
-    out = escaped_time(ms, judge, [0.30] * 100, "cuda", tails=[0.006 + 0.010] * 100,
+    judge = [0.30 + 0.032] * 100
+    out = escaped_time(ms, judge, [0.30] * 100, "cuda", tails=[0.006 + 0.030] * 100,
                        noop_tails=[0.006] * 100)
-    assert out["escaped"] and out["tail_hidden_ms"] > 0.009, out
+    assert out["escaped"] and out["tail_hidden_ms"] > 0.029, out
+
+
+def test_honest_tail_jitter_seen_on_an_h200_is_not_flagged() -> None:
+    # Honest kernels of 4-17 us showed tails -5.4..+8.3 us around the empty call's.
+    for extra in (-0.0054, 0.0083):
+        out = escaped_time([0.0046] * 100, [0.30] * 100, [0.30] * 100, "cuda",
+                           tails=[0.006 + extra] * 100, noop_tails=[0.006] * 100)
+        assert not out["escaped"], out

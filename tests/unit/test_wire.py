@@ -101,3 +101,33 @@ def test_unsigned_record_is_a_candidate_forgery(tmp_path: Path) -> None:
     with pytest.raises(ResultProblem) as info:
         read_result(p, b"k" * 32, 1 << 20)
     assert info.value.code == "result_forged" and not info.value.authentic
+
+
+def _outcome(**kw: object) -> object:
+    from grader.backends.base import SandboxOutcome
+
+    return SandboxOutcome(backend="bwrap", exit_code=kw.get("exit_code", 137),  # type: ignore[arg-type]
+                          signal=None, wall_s=1.0, limit_fired=kw.get("limit_fired"))  # type: ignore[arg-type]
+
+
+def test_judge_died_without_a_record_is_the_candidates_integrity_failure() -> None:
+    from grader.report.summary import no_record_error
+
+    err = no_record_error(ResultProblem("result_missing", "no record"), _outcome())  # type: ignore[arg-type]
+    assert (err.stage, err.code, err.origin) == ("integrity", "judge_died", "candidate")
+
+
+def test_judge_died_while_a_limit_fired_is_that_limit() -> None:
+    from grader.report.summary import no_record_error
+
+    err = no_record_error(ResultProblem("result_missing", "no record"),
+                          _outcome(limit_fired="memory_limit"))  # type: ignore[arg-type]
+    assert (err.code, err.origin) == ("memory_limit", "candidate")
+
+
+def test_authentic_but_unreadable_record_is_infrastructure() -> None:
+    from grader.report.summary import no_record_error
+
+    err = no_record_error(ResultProblem("result_malformed", "bad", authentic=True),
+                          _outcome())  # type: ignore[arg-type]
+    assert (err.stage, err.origin) == ("sandbox", "infrastructure")

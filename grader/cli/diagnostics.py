@@ -1,0 +1,115 @@
+"""``kgrader profile``: hardware counters and advice for one candidate.
+
+Two forms share the name:
+
+* ``kgrader profile TASK CANDIDATE`` -- a separate sandbox run under Nsight Compute
+  (:mod:`grader.diagnostics.run`); prints counters per kernel and advice, or ``--json``.
+  Exit 0 when the candidate built and ran (counters may still be ``null``, with reasons,
+  e.g. on the CPU), 1 when the candidate failed (scan, compile, wrong values), 2 on a
+  usage or infrastructure error (an error of origin ``infrastructure``).
+* ``kgrader profile --workspace DIR FILE`` -- the ``profile_kernel`` agent tool's mirror
+  (benchmark, roofline, counters, advice), as ``kgrader bench`` is ``bench_kernel``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail
+from grader.errors import KgraderError
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(profile_cmd)
+
+
+def _fmt(v: float | int | None, digits: int = 3) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,}" if isinstance(v, int) else f"{v:.{digits}g}"
+
+
+def _render(result: Any, console: Console) -> None:
+    d = result.diagnostics
+    verdict = "[bold green]ran[/]" if result.ok else "[bold red]FAILED[/]"
+    console.print(f"profile {verdict}  task={result.task}  device={result.device}  tool={d.tool or '—'}  "
+                  f"dims={d.dims}  overhead {_fmt(d.profile_overhead_s)} s")
+    for e in result.errors:
+        console.print(f"  [red]{e.stage}/{e.code}[/]{f' (line {e.line})' if e.line else ''}: {e.message}")
+    for w in result.warnings:
+        console.print(f"  [yellow]warning[/]: {w}")
+    if d.kernels:
+        tab = Table("kernel", "ms", "SM %", "DRAM %", "occ. %", "theor. %", "regs", "smem B",
+                    "spill B", "L1 %", "L2 %", "bank confl.", "top stall",
+                    title=f"counters (median of {d.profiled_calls} profiled calls)")
+        for k in d.kernels:
+            c = k.counters
+            stall = f"{c.top_stalls[0].reason} {c.top_stalls[0].share_pct:.0f}%" if c.top_stalls else "—"
+            tab.add_row(k.name[:40], _fmt(c.duration_ms), _fmt(c.sm_throughput_pct),
+                        _fmt(c.dram_throughput_pct), _fmt(c.achieved_occupancy_pct),
+                        _fmt(c.theoretical_occupancy_pct), _fmt(c.registers_per_thread),
+                        _fmt(c.shared_mem_per_block_bytes), _fmt(c.spill_bytes),
+                        _fmt(c.l1_hit_rate_pct), _fmt(c.l2_hit_rate_pct), _fmt(c.bank_conflicts), stall)
+        console.print(tab)
+    if d.roofline_fraction is not None:
+        console.print(f"  roofline: {d.bound}-bound, {100 * d.roofline_fraction:.0f}% of the bound")
+    for line in d.advice:
+        console.print(f"  [cyan]advice[/]: {line}")
+    for key, why in d.unmeasured.items():
+        console.print(f"  [dim]{key}: {why}[/]")
+    for note in d.notes:
+        console.print(f"  [dim]note: {note}[/]")
+
+
+@click.command("profile")
+@click.argument("args", nargs=-1, metavar="TASK CANDIDATE | -w DIR FILE")
+@click.option("--workspace", "-w", type=click.Path(path_type=Path, file_okay=False),
+              help="Run the profile_kernel tool on FILE in this workspace instead.")
+@click.option("--backend", type=click.Choice(["auto", "bwrap", "docker"]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
+@click.option("--policy", help="Policy name or path (default: the task's).")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout.")
+def profile_cmd(args: tuple[str, ...], workspace: Path | None, backend: str, device: str,
+                policy: str | None, as_json: bool) -> None:
+    """Hardware counters per kernel (Nsight Compute, in the sandbox) and advice.
+
+    TASK CANDIDATE: a separate, untimed sandbox run. With --workspace: the profile_kernel
+    agent tool on FILE (benchmark + roofline + counters), printed as JSON.
+    """
+    try:
+        if workspace is not None:
+            _tool_mirror(workspace, args)
+            return
+        if len(args) != 2:
+            raise click.UsageError("expected TASK CANDIDATE (or --workspace DIR FILE)")
+        from grader.diagnostics.run import ProfileRequest, profile
+
+        result = profile(ProfileRequest(task_dir=Path(args[0]), candidate=Path(args[1]),
+                                        backend=backend, device=device, policy=policy))
+    except KgraderError as e:
+        fail(e)
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    else:
+        _render(result, Console() if sys.stdout.isatty() else Console(width=200))
+    if any(e.origin == "infrastructure" for e in result.errors):
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_OK if result.ok else EXIT_FAILED)
+
+
+def _tool_mirror(workspace: Path, args: tuple[str, ...]) -> None:
+    if len(args) != 1:
+        raise click.UsageError("with --workspace, give exactly one FILE")
+    from grader.agent.tools import call_tool
+    from grader.scan import read_candidate
+
+    result = call_tool(workspace, "profile_kernel", {"source": read_candidate(Path(args[0]))})
+    click.echo(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    sys.exit(EXIT_OK if result.get("ok") else EXIT_FAILED)

@@ -1,0 +1,112 @@
+"""The runner, as started under a diagnostics tool (Nsight Compute or compute-sanitizer).
+
+Started as ``TOOL ... python -m sandbox.tool_runner [--profile-calls SKIP:COUNT]
+[--private-args] -- python -m sandbox.runner --read-fd ...``: everything after ``--`` is
+the ordinary runner's command line (built by :class:`sandbox.proc.RunnerHandle`), of which
+the runner's own arguments are parsed here. Two changes to the ordinary runner, both for
+the tool's sake and never on a timed path:
+
+* ``--profile-calls SKIP:COUNT``: the profiler is switched on (``cudaProfilerStart``) only
+  around calls SKIP+1 .. SKIP+COUNT, so JIT compilation and autotuning launches of the
+  first calls are not profiled (ncu runs with ``--profile-from-start off``);
+* ``--private-args``: every call runs the candidate on private, exactly sized copies of
+  its arguments (the allocator's caching is off, ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``),
+  then copies them back. compute-sanitizer checks accesses against allocations, and the
+  judge's buffer is one allocation for all tensors: an overrun into a neighbour's slot or
+  into alignment slack would be invisible on the shared buffer itself.
+
+This code runs in the candidate's process and can be subverted by it; what it enables is
+advice and an extra check, never the only check (the judge's checks still decide).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from sandbox import harden
+from sandbox.runner import Runner
+
+
+def on_private_copies(fn: Callable[..., Any], args: tuple[torch.Tensor, ...]) -> Any:
+    """Run ``fn`` on exact-size clones of ``args``; copy every clone back (inputs too, so
+    the judge still sees an input the candidate mutated)."""
+    private = [a.clone() for a in args]
+    try:
+        return fn(*private)
+    finally:
+        for a, p in zip(args, private, strict=True):
+            a.copy_(p)
+
+
+class ToolRunner(Runner):
+    def __init__(self, args: argparse.Namespace, profile_calls: tuple[int, int] | None,
+                 private_args: bool) -> None:
+        super().__init__(args)
+        self.profile_calls = profile_calls
+        self.private_args = private_args
+        self.calls = 0
+
+    def load(self) -> dict[str, Any]:
+        reply = super().load()
+        if reply.get("ok") and self.private_args:
+            fn = self.fn
+            self.fn = lambda *a: on_private_copies(fn, a)
+        return reply
+
+    def call(self, msg: dict[str, Any]) -> dict[str, Any]:
+        if msg.get("noop") or self.profile_calls is None:
+            return super().call(msg)
+        self.calls += 1
+        skip, count = self.profile_calls
+        if not skip < self.calls <= skip + count:
+            return super().call(msg)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
+        try:
+            return super().call(msg)
+        finally:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, tuple[int, int] | None, bool]:
+    """(runner arguments, profile window, private-args flag) from this module's argv."""
+    if "--" not in argv:
+        raise SystemExit("tool_runner: missing '--' before the runner's command line")
+    cut = argv.index("--")
+    own = argparse.ArgumentParser(prog="sandbox.tool_runner")
+    own.add_argument("--profile-calls", default=None)
+    own.add_argument("--private-args", action="store_true")
+    mine = own.parse_args(argv[:cut])
+    rest = argv[cut + 1:]
+    if "sandbox.runner" in rest:  # drop "<python> -m sandbox.runner"
+        rest = rest[rest.index("sandbox.runner") + 1:]
+    runner = argparse.ArgumentParser(prog="sandbox.runner")
+    runner.add_argument("--read-fd", type=int, required=True)
+    runner.add_argument("--write-fd", type=int, required=True)
+    runner.add_argument("--module", required=True)
+    runner.add_argument("--entry", default="launch")
+    runner.add_argument("--device", default="cpu")
+    window = None
+    if mine.profile_calls is not None:
+        skip, _, count = str(mine.profile_calls).partition(":")
+        window = (int(skip), int(count))
+    return runner.parse_args(rest), window, bool(mine.private_args)
+
+
+def main() -> None:
+    args, window, private = parse(sys.argv[1:])
+    harden.make_undumpable()
+    ToolRunner(args, window, private).serve()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
