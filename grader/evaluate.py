@@ -34,6 +34,7 @@ from grader.report.record import ResultProblem, read_result
 from grader.report.summary import build_report, no_record_error
 from grader.scan import load_policy, read_candidate, scan_source
 from grader.scan.policy import Policy
+from grader.shapes import draw_shapes
 from grader.task import TaskSpec, load_task
 from sandbox import wire
 
@@ -85,6 +86,8 @@ class EvalRequest(BaseModel):
     sanitize: Literal["memcheck", "racecheck", "none", "default"] | None = Field(
         None, description="compute-sanitizer for the correctness stage; 'default': the task's "
                           "tool or else memcheck; None: the task's `sanitize`.")
+    shape_seed: int | None = Field(None, description="Seed of a generated task's shape draw (a "
+                                   "leaderboard secret); None: a fresh secret per evaluation.")
 
     @classmethod
     def from_paths(cls, task_dir: str | Path, candidate: str | Path, current: str | Path | None = None,
@@ -192,6 +195,7 @@ def evaluate(req: EvalRequest) -> Report:
     report = Report(ok=False, stage="scan", task=spec.name, candidate=req.candidate.info(),
                     current=req.current.info() if req.current is not None else None,
                     kgrader_version=__version__)
+    spec, report.shapes = draw_shapes(spec, req.shape_seed)  # generated tasks (grader.shapes)
     policy = req.policy if isinstance(req.policy, Policy) else load_policy(req.policy or spec.policy)
     t_scan = time.monotonic()
     scan = scan_source(req.candidate.text, policy, filename=req.candidate.name)

@@ -1,9 +1,13 @@
 """TaskSpec: everything about a task that is fixed before any candidate runs.
 
 A task is a folder holding ``task.json`` (parsed into :class:`TaskSpec`) and
-``reference.py`` (trusted; defines the same entry point as candidates). Candidates use
-destination-passing style: ``launch(*inputs, *outputs)`` in the order ``tensors`` lists
-them.
+``reference.py`` (trusted). Its ``contract`` says how candidates are called: ``dps``
+(kgrader's own, destination passing: ``launch(*inputs, *outputs)`` in the order
+``tensors`` lists them, the reference defining the same entry point), ``module``
+(KernelBench: the reference file defines ``Model``, ``get_inputs``, ``get_init_inputs``;
+candidates ``ModelNew``) or ``gpumode`` (GPU MODE: ``ref_kernel``, ``generate_input``;
+candidates ``custom_kernel``). For the last two the inputs come from the reference's own
+generator and the candidate returns its outputs (:class:`ProblemSpec`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from grader.errors import TaskError
 from grader.limits import Limits
+from grader.shapes import GenerateSpec
 from sandbox import wire
 
 DType = Literal["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]
@@ -54,19 +59,72 @@ class TensorSpec(_Frozen):
 
     name: Identifier
     role: Literal["input", "output"]
-    dtype: DType
+    dtype: DType | Identifier = Field(description="A dtype, or a dtype variable of "
+                                                  "shapes.generate.dtypes.")
     shape: list[Identifier | Annotated[int, Field(ge=1)]] = Field(min_length=0, max_length=8)
     init: InitSpec = InitSpec()
 
 
-ShapeBinding = dict[Identifier, Annotated[int, Field(ge=1, le=1 << 31)]]
+# Dimension values (0 only where a generated dimension allows empty tensors; dtype
+# variables bind their code in wire.DTYPE_CODES, 0 included).
+ShapeBinding = dict[Identifier, Annotated[int, Field(ge=0, le=1 << 31)]]
 
 
 class Shapes(_Frozen):
-    """Dimension values: ``tune`` ones candidates may see, ``hidden`` ones only the verdict uses."""
+    """Dimension values: ``tune`` ones candidates may see, ``hidden`` ones only the verdict
+    uses; ``generate`` draws more of both per evaluation (:mod:`grader.shapes`)."""
 
-    tune: list[ShapeBinding] = Field(min_length=1)
+    tune: list[ShapeBinding] = Field(default_factory=list)
     hidden: list[ShapeBinding] = Field(default_factory=list)
+    timed: ShapeBinding | None = Field(
+        None, description="The shape the benchmark and accept stages time; None: the first "
+                          "tune shape (a drawn one, for a generated task without fixed ones).")
+    generate: GenerateSpec | None = None
+
+    @field_validator("tune", "hidden", "timed", mode="before")
+    @classmethod
+    def _dtype_names(cls, v: Any) -> Any:
+        """A dtype variable may be bound by name (``"T": "float16"``); it is stored as its code."""
+        def one(b: Any) -> Any:
+            if isinstance(b, dict):
+                return {k: wire.DTYPE_CODES.index(x) if isinstance(x, str) and x in wire.DTYPE_CODES
+                        else x for k, x in b.items()}
+            return b
+        return [one(b) for b in v] if isinstance(v, list) else one(v)
+
+    @model_validator(mode="after")
+    def _some(self) -> Shapes:
+        if not self.tune and self.generate is None:
+            raise ValueError("shapes need at least one tune shape or a generate section")
+        return self
+
+
+class ProblemSpec(_Frozen):
+    """Names in a field task's reference file (``module`` and ``gpumode`` contracts)."""
+
+    reference: Identifier = Field(description="The reference model class (module) or function.")
+    inputs: Identifier = Field(description="The input generator: get_inputs / generate_input.")
+    init: Identifier | None = Field(None, description="module: the constructor-arguments function.")
+    checker: Identifier | None = Field(None, description="gpumode: check_implementation, also run.")
+    seed_arg: Identifier | None = Field(None, description="gpumode: the generator argument the "
+                                                          "judge fills with a secret seed.")
+    fixed_args: dict[Identifier, str | int | float | bool | None] = Field(
+        default_factory=dict, description="gpumode: generator arguments that are not dimensions.")
+    scratch: list[Annotated[int, Field(ge=0)]] = Field(
+        default_factory=list, description="gpumode: positions in the generated data the "
+                                          "candidate may write (output buffers handed in).")
+    varied: list[Identifier] = Field(
+        default_factory=list, description="module: the size constants hidden shapes vary.")
+    support_modules: dict[Identifier, Annotated[str, Field(max_length=1 << 20)]] = Field(
+        default_factory=dict, description="Trusted helper modules by name (GPU MODE's utils, "
+                                          "task), importable by the reference and candidates.")
+
+    def to_wire(self) -> wire.ProblemWire:
+        return wire.ProblemWire(
+            reference=self.reference, inputs=self.inputs, init=self.init or "",
+            checker=self.checker or "", seed_arg=self.seed_arg or "",
+            fixed_args=dict(self.fixed_args), scratch=tuple(self.scratch),
+            modules=dict(self.support_modules))
 
 
 class CorrectnessSpec(_Frozen):
@@ -144,7 +202,12 @@ class TaskSpec(_Frozen):
         default_factory=list, max_length=16,
         description="Op family, e.g. ['reduction', 'softmax']; empty: the task name stands in.")
     entrypoint: Identifier = "launch"
-    tensors: list[TensorSpec] = Field(min_length=1)
+    contract: wire.Contract = Field("dps", description="How candidates are called: dps "
+                                    "(launch into given outputs), module (KernelBench ModelNew) "
+                                    "or gpumode (custom_kernel); the last two return outputs.")
+    problem: ProblemSpec | None = None
+    tensors: list[TensorSpec] = Field(default_factory=list, description="dps tasks only; the "
+                                      "other contracts' tensors come from the generator.")
     shapes: Shapes
     correctness: CorrectnessSpec
     benchmark: BenchmarkSpec = BenchmarkSpec()
@@ -160,21 +223,64 @@ class TaskSpec(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> TaskSpec:
+        self._contract_fits()
         names = [t.name for t in self.tensors]
         if len(set(names)) != len(names):
             raise ValueError("tensor names must be unique")
-        if not any(t.role == "output" for t in self.tensors):
-            raise ValueError("at least one tensor must have role 'output'")
+        gen = self.shapes.generate
+        dtype_vars = set(gen.dtypes) if gen is not None else set()
+        for i, t in enumerate(self.tensors):
+            if t.dtype not in DTYPE_BYTES and t.dtype not in dtype_vars:
+                raise ValueError(f"tensors.{i}.dtype: {t.dtype!r} is neither a dtype "
+                                 f"({', '.join(DTYPE_BYTES)}) nor a dtype variable of "
+                                 "shapes.generate.dtypes")
         dims = {d for t in self.tensors for d in t.shape if isinstance(d, str)}
-        for kind, bindings in (("tune", self.shapes.tune), ("hidden", self.shapes.hidden)):
+        dims |= {t.dtype for t in self.tensors if t.dtype in dtype_vars}
+        if gen is not None and dims - set(gen.dims) - dtype_vars:
+            raise ValueError(f"shapes.generate lacks dimension(s) "
+                             f"{sorted(dims - set(gen.dims) - dtype_vars)}")
+        timed = [self.shapes.timed] if self.shapes.timed is not None else []
+        for kind, bindings in (("tune", self.shapes.tune), ("hidden", self.shapes.hidden),
+                               ("timed", timed)):
             for i, b in enumerate(bindings):
                 missing = dims - set(b)
                 if missing:
                     raise ValueError(f"shapes.{kind}[{i}] lacks dimension(s) {sorted(missing)}")
+                for k, v in b.items():
+                    if k in dtype_vars and v >= len(wire.DTYPE_CODES):
+                        raise ValueError(f"shapes.{kind}[{i}].{k}: {v} is no dtype")
+                    if k not in dtype_vars and v < 1 and kind != "hidden":
+                        raise ValueError(f"shapes.{kind}[{i}].{k}: tune and timed sizes are >= 1")
         if self.cost_model is not None:
-            for b in self.shapes.tune + self.shapes.hidden:
+            for b in self.shapes.tune + self.shapes.hidden + timed:
                 self.cost_model.evaluate(b)
         return self
+
+    def _contract_fits(self) -> None:
+        if self.contract == "dps":
+            if self.problem is not None:
+                raise ValueError("a dps task takes no problem section")
+            if not any(t.role == "output" for t in self.tensors):
+                raise ValueError("at least one tensor must have role 'output'")
+            return
+        if self.problem is None:
+            raise ValueError(f"a {self.contract} task needs a problem section")
+        if self.tensors:
+            raise ValueError(f"a {self.contract} task declares no tensors: its generator makes them")
+        if self.contract == "module" and self.problem.init is None:
+            raise ValueError("a module task needs problem.init (get_init_inputs)")
+        if self.benchmark.cuda_graph:
+            raise ValueError("cuda_graph timing needs a dps task (outputs written, not returned)")
+        if self.shapes.generate is not None and self.shapes.generate.dtypes:
+            raise ValueError("dtype variables need a dps task")
+
+    def timed_dims(self) -> dict[str, int]:
+        """The shape the benchmark times (a generated task's shapes must be drawn first)."""
+        if self.shapes.timed is not None:
+            return dict(self.shapes.timed)
+        if not self.shapes.tune:
+            raise TaskError(f"task {self.name}: its shapes are generated and not drawn yet")
+        return dict(self.shapes.tune[0])
 
     @property
     def inputs(self) -> list[TensorSpec]:
@@ -194,6 +300,9 @@ class TaskSpec(_Frozen):
         from it), so runners audit the torch ops of every launch.
         """
         c, b = self.correctness, self.benchmark
+        if not self.shapes.tune:
+            raise TaskError(f"task {self.name}: draw its generated shapes before sending it "
+                            "(grader.shapes.resolve_shapes)")
         return wire.TaskWire(
             name=self.name, entrypoint=self.entrypoint,
             tensors=tuple(wire.TensorWire(name=t.name, role=t.role, dtype=t.dtype,
@@ -202,6 +311,9 @@ class TaskSpec(_Frozen):
                                           high=t.init.high) for t in self.tensors),
             tune=tuple(dict(d) for d in self.shapes.tune),
             hidden=tuple(dict(d) for d in self.shapes.hidden),
+            contract=self.contract,
+            problem=self.problem.to_wire() if self.problem is not None else None,
+            timed=dict(self.shapes.timed) if self.shapes.timed is not None else None,
             correctness=wire.CorrectnessWire(
                 seeds=tuple(c.seeds), atol=c.atol, rtol=c.rtol,
                 max_mismatch_fraction=c.max_mismatch_fraction,

@@ -86,7 +86,7 @@ def warm_up(ev: Evaluation, sides: list[Side], slots: list[Slot], stage: ErrorSt
 def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
     ev.stage = "benchmark"
     b, c = ev.task.benchmark, ev.task.correctness
-    dims = ev.task.tune[0]
+    dims = ev.bench_dims
     slots = ev.slots(dims)
     frac = c.timed_check_fraction
     warm_up(ev, [side], slots, "benchmark")

@@ -17,10 +17,11 @@ import torch
 from sandbox import prestart
 from sandbox.device import device_environment
 from sandbox.failure import StageFailure, infrastructure
+from sandbox.outputs import collect_outputs, verify_outputs
+from sandbox.problem import make_problem
 from sandbox.proc import RunnerFailure
 from sandbox.sides import Side
-from sandbox.tensors import DTYPES, Guards, Slot, compare, layout, poison, total_bytes
-from sandbox.tensors import make_input as _make_input
+from sandbox.tensors import Guards, Slot, compare, poison, total_bytes
 from sandbox.wire import (
     WIRE_VERSION,
     CorrectnessRecord,
@@ -64,12 +65,12 @@ class Evaluation:
         self._runners = 0
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        ns: dict[str, Any] = {"__name__": "kgrader_reference"}
-        exec(compile(req.reference, "reference.py", "exec"), ns)  # trusted task code
-        self.ref = ns[self.task.entrypoint]
-        self.specs = {t.name: t for t in self.task.tensors}
-        all_dims = self.task.tune + self.task.hidden
-        self.nbytes = max(total_bytes(layout(self.task.tensors, d)) for d in all_dims)
+        # The trusted reference, for the task's contract (sandbox.problem, sandbox.field):
+        # field problems run their generator once per shape here, for the layout.
+        self.problem = make_problem(self.task, req.reference, self.dev, self.rng)
+        self.bench_dims: dict[str, int] = dict(self.task.timed or self.task.tune[0])
+        all_dims = [*self.task.tune, *self.task.hidden, self.bench_dims]
+        self.nbytes = max(total_bytes(self.problem.layout(d)) for d in all_dims)
 
     # ---- device --------------------------------------------------------------------
     def nvml(self) -> tuple[Any, str]:
@@ -107,25 +108,15 @@ class Evaluation:
 
     # ---- inputs and reference ------------------------------------------------------
     def slots(self, dims: dict[str, int] | None = None) -> list[Slot]:
-        return layout(self.task.tensors, dims if dims is not None else self.task.tune[0])
+        """Where the tensors of ``dims`` live (default: the timed shape)."""
+        return self.problem.layout(dims if dims is not None else self.bench_dims)
 
     def inputs(self, slots: list[Slot], seed: int | None = None) -> dict[str, torch.Tensor]:
         """Fresh inputs from ``seed``, or from the secret phase seed's stream."""
-        g = torch.Generator(device=self.dev)
-        g.manual_seed(seed if seed is not None else self.rng.getrandbits(62))
-        return {s.name: _make_input(self.specs[s.name], s.shape, self.dev, g)
-                for s in slots if s.role == "input"}
+        return self.problem.inputs(slots, seed if seed is not None else self.rng.getrandbits(62))
 
     def reference(self, slots: list[Slot], inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        outs = {s.name: torch.empty(s.shape, dtype=DTYPES[s.dtype], device=self.dev)
-                for s in slots if s.role == "output"}
-        for o in outs.values():
-            poison(o)
-        args = [inputs[s.name].clone() if s.role == "input" else outs[s.name] for s in slots]
-        self.ref(*args)
-        if self.dev == "cuda":
-            torch.cuda.synchronize()
-        return outs
+        return self.problem.reference(slots, inputs)
 
     # ---- sides ---------------------------------------------------------------------
     def open_side(self, path: str, stage: ErrorStage, buffers: tuple[Any, ...] = ()) -> Side:
@@ -136,7 +127,8 @@ class Evaluation:
             side = Side(path, self.task.entrypoint, self.dev, self.nbytes, self.task.benchmark,
                         self.gpu_fraction(), self.left(self.compile_deadline),
                         audit_ops=self.task.audit_ops and not self.trusted(path),
-                        buffers=buffers, runner=prestart.take(path))
+                        buffers=buffers, runner=prestart.take(path),
+                        extra=self.problem.runner_setup())
         except RunnerFailure as e:
             if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
                 raise infrastructure(e.code, e.message, e.detail) from None
@@ -182,13 +174,19 @@ class Evaluation:
         guards.arm(base)
         if self.dev == "cuda":
             torch.cuda.synchronize()
+        msg: dict[str, Any] = {"op": "call", "buf": buf,
+                               "args": [s.wire() for s in self.problem.call_slots(slots)]}
+        data = self.problem.call_data(slots)
+        if data is not None:
+            msg["data"] = data
         t0 = time.perf_counter()
         try:
-            reply = side.runner.request({"op": "call", "args": [s.wire() for s in slots], "buf": buf},
-                                        self.left(deadline))
+            reply = side.runner.request(msg, self.left(deadline))
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
+        if self.problem.returns and expected is not None:
+            collect_outputs(self, side, slots, buf, stage, deadline, judge_ms)
         breach = guards.first_breach(base)
         if breach is not None:
             what, at = breach
@@ -217,11 +215,13 @@ class Evaluation:
             raise StageFailure(stage, "precision_flags_changed",
                                "the candidate changed the pinned TF32 / precision flags")
         for s in slots:
-            if s.role == "input" and not torch.equal(views[s.name], inputs[s.name]):
+            if s.role == "input" and s.name not in self.problem.scratch \
+                    and not torch.equal(views[s.name], inputs[s.name]):
                 raise StageFailure(stage, "input_mutated",
                                    f"input {s.name!r} was modified by the candidate", detail=where)
         if expected is not None:
             self.check(views, expected, stage, where)
+            verify_outputs(self, slots, inputs, views, stage, where)
         ms, wall, tail = _num(reply.get("ms")), _num(reply.get("wall_ms")), _num(reply.get("tail_ms", 0.0))
         if ms is None or wall is None or ms < 0 or ms > judge_ms * 1.05 + 0.05:
             raise StageFailure(stage, "timing_inconsistent",
@@ -288,7 +288,7 @@ class Evaluation:
             inputs = self.inputs(slots)
         expected = self.reference(slots, inputs) if check else None
         return self.call(side, slots, inputs, stage=stage, deadline=self.run_deadline,
-                         expected=expected, where={"dims": dict(self.task.tune[0]), "phase": stage},
+                         expected=expected, where={"dims": dict(self.bench_dims), "phase": stage},
                          buf=buf)
 
     def noop(self, side: Side, stage: ErrorStage) -> tuple[float, float, float]:

@@ -28,6 +28,10 @@ def run_mode(req: JudgeRequest, started: tuple[float, float]) -> Record:
     """``started``: the judge's (wall, monotonic) start, for the phase figures."""
     if req.mode == "measure_peak":
         return _measure_peak(req)
+    if req.mode == "check":  # is the task sound? (no candidate; sandbox.task_check)
+        from sandbox.task_check import run_check
+
+        return run_check(req)
     from sandbox.evaluation import Evaluation
 
     try:

@@ -24,18 +24,19 @@ class Side:
     def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: BenchmarkWire,
                  gpu_fraction: float | None, timeout: float, audit_ops: bool = False,
                  buffers: tuple[GpuBuffer, ...] = (), prefix: tuple[str, ...] = (),
-                 runner: RunnerHandle | None = None):
+                 runner: RunnerHandle | None = None, extra: dict[str, Any] | None = None):
         """``buffers`` (CUDA): this side's own buffer first, then the buffers of the sides it
         trades with in paired timing; made here when none are given. ``prefix``: a
         diagnostics tool wrapping the runner (sandbox/profiling.py). ``runner``: one started
-        ahead (while the judge imported torch), given its buffers now."""
+        ahead (while the judge imported torch), given its buffers now. ``extra``: more setup
+        fields (the task's contract, from :meth:`sandbox.problem.Problem.runner_setup`)."""
         self.path = path
         self.device = device
         self.audit_ops = audit_ops
         self._own: GpuBuffer | None = None
         msg: dict[str, Any] = {"op": "setup", "cache": bench.cache, "flush_mib": bench.flush_mib,
                                "allow_tf32": bench.allow_tf32, "cuda_graph": bench.cuda_graph,
-                               "audit_ops": audit_ops}
+                               "audit_ops": audit_ops, **(extra or {})}
         self.runner = runner or RunnerHandle(path, entry, device, prefix=prefix)
         if device == "cpu":
             # A sealed memfd: the runner can write the bytes but cannot shrink the file

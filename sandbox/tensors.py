@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from sandbox.wire import TensorWire
+from sandbox.wire import DTYPE_CODES, TensorWire
 
 DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
@@ -47,11 +47,22 @@ def layout(tensors: Sequence[TensorWire], dims: dict[str, int]) -> list[Slot]:
     slots, off = [], GUARD
     for t in tensors:
         shape = tuple(int(d) if isinstance(d, int) else int(dims[d]) for d in t.shape)
-        itemsize = torch.empty((), dtype=DTYPES[t.dtype]).element_size()
+        dtype = resolve_dtype(t.dtype, dims)
+        itemsize = torch.empty((), dtype=DTYPES[dtype]).element_size()
         nbytes = max(1, math.prod(shape)) * itemsize
-        slots.append(Slot(t.name, t.role, t.dtype, shape, off, nbytes))
+        slots.append(Slot(t.name, t.role, dtype, shape, off, nbytes))
         off += _aligned(nbytes) + GUARD
     return slots
+
+
+def resolve_dtype(dtype: str, dims: dict[str, int]) -> str:
+    """A dtype, or a generated task's dtype variable resolved by its binding in ``dims``."""
+    if dtype in DTYPES:
+        return dtype
+    code = dims.get(dtype)
+    if code is None or not 0 <= code < len(DTYPE_CODES):
+        raise ValueError(f"dtype variable {dtype!r} has no valid binding in {dims}")
+    return DTYPE_CODES[code]
 
 
 def _aligned(n: int) -> int:
@@ -99,13 +110,17 @@ class Guards:
 
 def view(base: torch.Tensor, slot: Slot) -> torch.Tensor:
     """A typed, shaped view of ``slot`` inside the flat uint8 ``base``."""
-    raw = base[slot.offset: slot.offset + slot.nbytes]
-    return raw.view(DTYPES[slot.dtype]).view(slot.shape)
+    dtype = DTYPES[slot.dtype]
+    # Exactly the tensor's bytes: an empty tensor (a 0 dimension) is a zero-length view of
+    # the slot, which still holds one element so that offsets stay distinct.
+    raw = base[slot.offset: slot.offset + math.prod(slot.shape) * dtype.itemsize]
+    return raw.view(dtype).view(slot.shape)
 
 
 def make_input(spec: TensorWire, shape: tuple[int, ...], device: str,
-               gen: torch.Generator) -> torch.Tensor:
-    dtype = DTYPES[spec.dtype]
+               gen: torch.Generator, dtype_name: str | None = None) -> torch.Tensor:
+    """``dtype_name``: the slot's resolved dtype (a generated task's dtype variable)."""
+    dtype = DTYPES[dtype_name or spec.dtype]
     kind = spec.init_kind
     if kind == "randint" or not (dtype.is_floating_point):
         low, high = int(spec.low), int(spec.high)

@@ -35,7 +35,7 @@ JUDGE_UID = 65534
 JUDGE_GID = 65534
 
 Device = Literal["cpu", "cuda", "rocm"]
-Mode = Literal["evaluate", "measure_peak", "calibrate", "profile"]
+Mode = Literal["evaluate", "measure_peak", "calibrate", "profile", "check"]
 StageName = Literal["compile", "correctness", "benchmark"]
 ShapeKind = Literal["tune", "hidden"]
 SanitizeTool = Literal["memcheck", "racecheck"]
@@ -43,6 +43,11 @@ Origin = Literal["candidate", "infrastructure"]
 # Stages a judge error can name. ``integrity`` is the candidate breaking the harness
 # itself (killing the judge, forging or flooding the record, tampering with its folder).
 ErrorStage = Literal["sandbox", "compile", "correctness", "benchmark", "accept", "integrity"]
+# How a candidate is called (grader/task.py TaskSpec.contract; sandbox/field.py).
+Contract = Literal["dps", "module", "gpumode"]
+# A generated task's dtype variable is bound to an index into this tuple.
+DTYPE_CODES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int8", "int32",
+                                "int64", "uint8", "bool")
 
 
 class WireFormatError(ValueError):
@@ -97,6 +102,21 @@ class AcceptanceWire:
 
 
 @dataclass(frozen=True)
+class ProblemWire:
+    """Names in a field task's trusted reference; fields as ``grader.task.ProblemSpec``
+    ("" for none; ``modules`` is ``support_modules``)."""
+
+    reference: str
+    inputs: str
+    init: str = ""
+    checker: str = ""
+    seed_arg: str = ""
+    fixed_args: dict[str, Any] = field(default_factory=dict)
+    scratch: tuple[int, ...] = ()
+    modules: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class TaskWire:
     name: str
     entrypoint: str
@@ -108,6 +128,10 @@ class TaskWire:
     acceptance: AcceptanceWire
     # Kernel-only task: runners record the torch ops of each launch; compute ones fail it.
     audit_ops: bool = False
+    contract: Contract = "dps"
+    problem: ProblemWire | None = None
+    # The shape the benchmark and accept stages time; None: the first tune shape.
+    timed: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -322,6 +346,8 @@ class Record:
     phases: dict[str, float] = field(default_factory=dict)
     judge_started: float | None = None
     judge_finished: float | None = None
+    # ``check`` mode: what the trusted reference did on every shape (sandbox.task_check).
+    check: dict[str, Any] | None = None
 
 
 # ---- (de)serialisation ---------------------------------------------------------------

@@ -91,7 +91,8 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local") -> J
                           candidate=Source(name=f"{job.submission}/{job.task.name}.py",
                                            text=check_source(job.source)),
                           backend=job.backend, device=job.device,
-                          limits=spec.limits.override(**dict(job.limits)), gpu_ids=gpu_ids, **kw)
+                          limits=spec.limits.override(**dict(job.limits)), gpu_ids=gpu_ids,
+                          shape_seed=job.task.shape_seed, **kw)
         report = evaluate(req)
     except InfrastructureError as e:
         return JobOutcome(None, f"{type(e).__name__}: {e}")

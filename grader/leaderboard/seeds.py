@@ -85,6 +85,9 @@ class TaskPayload:
     spec_sha: str = ""
     seeds: tuple[int, ...] = field(default=(), repr=False)
     source_dir: str = ""
+    # A generated-shape task's draw seed, from the secret: every submission meets the
+    # same drawn shapes (grader.shapes).
+    shape_seed: int | None = field(default=None, repr=False)
 
     def write(self, folder: Path) -> Path:
         """Write task.json and reference.py into ``folder`` (private, created here)."""
@@ -103,6 +106,9 @@ def task_payload(task_dir: Path, secret: Secret) -> TaskPayload:
     seeds = derive_seeds(secret, spec.name, n)
     secret_spec = spec.model_copy(update={
         "correctness": spec.correctness.model_copy(update={"seeds": seeds})})
+    shape_seed = derive_seeds(secret, f"{spec.name}:shapes", 1)[0] \
+        if spec.shapes.generate is not None else None
     return TaskPayload(name=spec.name, task_json=json.dumps(secret_spec.model_dump(mode="json")),
                        reference=reference, spec_sha=spec_sha, seeds=tuple(seeds),
+                       shape_seed=shape_seed,
                        source_dir=str(task_dir))

@@ -21,7 +21,7 @@ def floor_ms(spec: TaskSpec, device: str, peaks: dict[str, float] | None) -> flo
     ceil = peaks or _DATASHEET_CEILINGS.get(device)
     if not ceil:
         return None
-    nbytes, flops = spec.cost_model.evaluate(spec.shapes.tune[0])
+    nbytes, flops = spec.cost_model.evaluate(spec.timed_dims())
     t_mem = nbytes / (ceil["bandwidth_gbps"] * 1e9) if ceil.get("bandwidth_gbps") else 0.0
     t_cmp = flops / (ceil["tflops"] * 1e12) if ceil.get("tflops") else 0.0
     return max(t_mem, t_cmp) * 1e3

@@ -177,7 +177,7 @@ def analyze(spec: TaskSpec, timing: TimingStats | None, peaks: Mapping[str, Any]
     prof.dims, prof.median_ms = dict(timing.dims), timing.median_ms
     if spec.cost_model is None:
         return missing("the task has no cost model")
-    dims = timing.dims or spec.shapes.tune[0]
+    dims = timing.dims or spec.timed_dims()
     prof.bytes, prof.flops = spec.cost_model.evaluate(dims)
     if prof.bytes > 0:
         prof.ai = prof.flops / prof.bytes

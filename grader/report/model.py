@@ -168,6 +168,19 @@ class CandidateInfo(_Model):
     bytes: int
 
 
+class ShapeSets(_Model):
+    """The shapes a generated-shape task drew for this evaluation (``shapes.generate``)."""
+
+    seed: Literal["secret", "leaderboard"] = Field(
+        description="secret: fresh per evaluation; leaderboard: from the operator's secret "
+                    "(the seed itself is never reported).")
+    tune: list[dict[str, int | str]] = Field(default_factory=list)
+    hidden: list[dict[str, int | str]] = Field(default_factory=list)
+    hidden_probes: list[str] = Field(default_factory=list,
+                                     description="What each drawn hidden shape probes.")
+    timed: dict[str, int | str] = Field(default_factory=dict)
+
+
 class Report(_Model):
     """One evaluation's verdict. ``kgrader schema`` prints its JSON Schema."""
 
@@ -189,6 +202,7 @@ class Report(_Model):
     sandbox: SandboxInfo | None = None
     diagnostics: Diagnostics | None = Field(None, description="Memory checker (--sanitize).")
     environment: dict[str, Any] = Field(default_factory=dict)
+    shapes: ShapeSets | None = Field(None, description="Drawn shape sets (generated tasks only).")
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     def failed_stage(self) -> Stage | None:

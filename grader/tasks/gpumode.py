@@ -1,0 +1,224 @@
+"""GPU MODE reference-kernels problems as kgrader tasks (``kgrader task import gpumode``).
+
+A problem folder holds ``reference.py`` (``ref_kernel(data)``, ``generate_input(**args)``,
+``check_implementation(data, output)``), ``task.yml`` (``tests:`` and ``benchmarks:``, lists
+of argument dicts such as ``{"size": 1024, "seed": 4321}``) and, through ``files:``, helper
+modules (``task.py``, ``../utils.py``); submissions define ``custom_kernel(data)``.
+
+The mapping: integer arguments are the dimensions; the ``seed`` argument is replaced by
+the judge's secret seeds; other arguments, the same in every entry, are passed as they
+are. ``tests`` become the tune shapes, the first benchmark the timed shape and the other
+benchmarks hidden shapes (each checked for correctness in every evaluation, as GPU MODE
+checks each benchmark once). Tolerances come from ``make_match_reference(..., rtol=,
+atol=)`` when the reference spells them as literals; ``check_implementation`` itself
+also runs on every checked call.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grader.errors import TaskError
+from grader.tasks.common import (
+    DEFAULT_SEEDS,
+    ImportedTask,
+    merge,
+    read_source,
+    task_name,
+    top_level_functions,
+    validate,
+)
+
+# GPU MODE's match_reference defaults, used when the reference names none.
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-5, 1e-8
+SCRATCH_CALLS = {"empty", "empty_like", "zeros", "zeros_like", "full", "full_like", "empty_strided"}
+NOT_HELPERS = {"submission.py", "reference.py", "eval.py"}
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TaskError(f"{path.parent}: no task.yml (not a GPU MODE problem folder)") from None
+    except UnicodeDecodeError:
+        raise TaskError(f"{path}: not UTF-8") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        raise TaskError(f"{path}{where}: invalid YAML: {getattr(e, 'problem', e)}") from None
+    if not isinstance(raw, dict):
+        raise TaskError(f"{path}: expected a mapping with tests: and benchmarks:")
+    return raw
+
+
+def _entries(raw: dict[str, Any], key: str, path: Path) -> list[dict[str, Any]]:
+    items = raw.get(key) or []
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise TaskError(f"{path}: {key}: must be a list of argument mappings")
+    for i, item in enumerate(items):
+        for k, v in item.items():
+            if not isinstance(k, str) or not k.isidentifier():
+                raise TaskError(f"{path}: {key}[{i}]: argument name {k!r} is not an identifier")
+            if not isinstance(v, str | int | float | bool) and v is not None:
+                raise TaskError(f"{path}: {key}[{i}].{k}: a {type(v).__name__} is not a plain value")
+    return items
+
+
+def split_args(entries: list[dict[str, Any]], seed_arg: str | None, path: Path
+               ) -> tuple[list[dict[str, int]], dict[str, Any]]:
+    """Each entry's dimensions (integer arguments) and the fixed non-integer arguments."""
+    keys = {frozenset(k for k in e if k != seed_arg) for e in entries}
+    if len(keys) > 1:
+        raise TaskError(f"{path}: tests and benchmarks name different arguments: "
+                        f"{sorted(sorted(k) for k in keys)}")
+    fixed: dict[str, Any] = {}
+    dims: list[dict[str, int]] = []
+    for e in entries:
+        d = {}
+        for k, v in e.items():
+            if k == seed_arg:
+                continue
+            if type(v) is int:
+                if v < 1:
+                    raise TaskError(f"{path}: argument {k}={v}: dimensions must be positive")
+                d[k] = v
+            elif k in fixed and fixed[k] != v:
+                raise TaskError(f"{path}: argument {k!r} is not an integer and changes between "
+                                f"entries ({fixed[k]!r}, {v!r}): kgrader cannot make it a dimension")
+            else:
+                fixed[k] = v
+        dims.append(d)
+    clash = {k for d in dims for k in d} & set(fixed)
+    if clash:
+        raise TaskError(f"{path}: argument(s) {sorted(clash)} are integers in some entries only")
+    return dims, fixed
+
+
+def tolerances(tree: ast.Module) -> tuple[float, float] | None:
+    """``(rtol, atol)`` from ``check_implementation = make_match_reference(ref, rtol=, atol=)``."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and
+                                                t.id == "check_implementation" for t in node.targets) \
+                and isinstance(node.value, ast.Call):
+            kw = {k.arg: k.value for k in node.value.keywords if k.arg}
+            vals = {}
+            for name, default in (("rtol", DEFAULT_RTOL), ("atol", DEFAULT_ATOL)):
+                v = kw.get(name)
+                vals[name] = float(v.value) if isinstance(v, ast.Constant) and \
+                    isinstance(v.value, int | float) and not isinstance(v.value, bool) else default
+            return vals["rtol"], vals["atol"]
+    return None
+
+
+def scratch_positions(fn: ast.FunctionDef) -> list[int]:
+    """Positions of the returned tuple that are fresh buffers (``torch.empty``, ``zeros`` ...):
+    output buffers the submission may write, so they are exempt from the mutation check."""
+    made: dict[str, str] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call):
+            made[node.targets[0].id] = _callee(node.value.func)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple | ast.List):
+            return [i for i, e in enumerate(node.value.elts)
+                    if (isinstance(e, ast.Name) and made.get(e.id) in SCRATCH_CALLS)
+                    or (isinstance(e, ast.Call) and _callee(e.func) in SCRATCH_CALLS)]
+    return []
+
+
+def _callee(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def helper_modules(folder: Path, raw: dict[str, Any]) -> dict[str, str]:
+    """Helper modules the problem ships (``files:`` entries, and task.py / utils.py beside it)."""
+    paths: dict[str, Path] = {}
+    for f in raw.get("files") or []:
+        if isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("source"), str) \
+                and f["name"].endswith(".py") and f["name"] not in NOT_HELPERS \
+                and "@" not in f["source"]:
+            paths[f["name"][:-3]] = (folder / f["source"]).resolve()
+    for name in ("task", "utils"):
+        if name not in paths and (folder / f"{name}.py").is_file():
+            paths[name] = folder / f"{name}.py"
+    out = {}
+    for name, p in paths.items():
+        if not name.isidentifier():
+            continue
+        if not p.is_file():
+            raise TaskError(f"{folder}/task.yml names helper {name}.py at {p}, which is missing")
+        out[name] = read_source(p)[0]
+    return out
+
+
+def import_problem(folder: Path, *, policy: str = "default",
+                   overrides: dict[str, Any] | None = None) -> ImportedTask:
+    """One GPU MODE problem folder as a task (not yet written, not yet checked)."""
+    yml = folder / "task.yml"
+    raw = read_yaml(yml)
+    text, tree = read_source(folder / "reference.py")
+    funcs = top_level_functions(tree)
+    for need in ("ref_kernel", "generate_input"):
+        if need not in funcs:
+            raise TaskError(f"{folder}/reference.py defines no {need}()")
+    gen_params = {a.arg for a in funcs["generate_input"].args.args + funcs["generate_input"].args.kwonlyargs}
+    tests, benchmarks = _entries(raw, "tests", yml), _entries(raw, "benchmarks", yml)
+    if not tests:
+        raise TaskError(f"{yml}: no tests:")
+    seed_arg = "seed" if "seed" in gen_params else None
+    dims, fixed = split_args(tests + benchmarks, seed_arg, yml)
+    tune, bench = dims[:len(tests)], dims[len(tests):]
+    hidden = [b for b in bench[1:] if b not in tune]
+    modules = helper_modules(folder, raw)
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
+        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    for name in ("utils", "task"):
+        if name in imported and name not in modules:
+            raise TaskError(f"{folder}/reference.py imports {name}, which the folder does not ship")
+    checker = "check_implementation" if "check_implementation" in \
+        {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+         if isinstance(t, ast.Name)} | set(funcs) else None
+    rtol, atol = tolerances(tree) or (DEFAULT_RTOL, DEFAULT_ATOL)
+    desc = raw.get("description")
+    spec_raw: dict[str, Any] = {
+        "name": task_name(folder.resolve().name, "gm_"),
+        "description": (str(desc).strip()[:2000] if desc else "") +
+                       f" (GPU MODE problem {folder.name}, imported by kgrader)",
+        "tags": ["gpumode"],
+        "contract": "gpumode",
+        "entrypoint": "custom_kernel",
+        "problem": {"reference": "ref_kernel", "inputs": "generate_input", "checker": checker,
+                    "seed_arg": seed_arg, "fixed_args": fixed,
+                    "scratch": scratch_positions(funcs["generate_input"]),
+                    "support_modules": modules},
+        "shapes": {"tune": tune, "hidden": hidden, "timed": bench[0] if bench else None},
+        "correctness": {"seeds": DEFAULT_SEEDS, "atol": atol, "rtol": rtol},
+        "policy": policy,
+    }
+    spec = validate(merge(spec_raw, overrides), yml)
+    notes = [f"{len(tune)} tests -> tune shapes; "
+             + (f"benchmark 0 timed, {len(hidden)} more hidden" if bench else "no benchmarks: "
+                "the first test is timed"),
+             f"tolerances rtol={rtol:g} atol={atol:g}"
+             + ("" if tolerances(tree) else " (GPU MODE's defaults: the reference names none)")]
+    if spec.problem is not None and spec.problem.scratch:
+        notes.append(f"data positions {spec.problem.scratch} are output buffers (may be written)")
+    return ImportedTask(spec, text, folder, notes)
+
+
+def find_problems(path: Path) -> list[Path]:
+    """``path`` if it is a problem folder, else the problem folders under it."""
+    if (path / "task.yml").is_file() and (path / "reference.py").is_file():
+        return [path]
+    if not path.is_dir():
+        raise TaskError(f"not a folder: {path}")
+    found = sorted(p.parent for p in path.rglob("task.yml") if (p.parent / "reference.py").is_file())
+    if not found:
+        raise TaskError(f"{path}: no GPU MODE problem folders (task.yml beside reference.py)")
+    return found

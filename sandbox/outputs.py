@@ -1,0 +1,70 @@
+"""Returned outputs, judge side: fetch them into the shared buffer, and the problem's checker.
+
+For the returned-output contracts (:mod:`sandbox.field`) the candidate's call returns its
+outputs; after the timed call the judge asks the runner to copy them into the output
+slots (``collect``), which the judge poisoned before the call and checks afterwards like
+any task's. The copy lies outside the timed region, so work deferred into it would escape
+the timing: in the timed stages the copy's round trip is bounded by the judge's own copy
+of the same bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sandbox.failure import StageFailure
+from sandbox.proc import RunnerFailure
+from sandbox.sides import Side
+from sandbox.tensors import Slot
+from sandbox.wire import ErrorStage
+
+if TYPE_CHECKING:
+    from sandbox.evaluation import Evaluation
+
+# The copy's round trip may exceed FLOOR_MS + FACTOR x the judge's own copy of the bytes.
+FLOOR_MS = {"cpu": 25.0, "cuda": 5.0}
+FACTOR = 8.0
+
+
+def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, stage: ErrorStage,
+                    deadline: float, call_ms: float) -> None:
+    """Have the runner copy the call's returned tensors into the output slots."""
+    outs = [s for s in slots if s.role == "output"]
+    t0 = time.perf_counter()
+    try:
+        side.runner.request({"op": "collect", "outs": [s.wire() for s in outs], "buf": buf},
+                            ev.left(deadline))
+    except RunnerFailure as e:
+        raise ev.failure(stage, e) from None
+    collect_ms = (time.perf_counter() - t0) * 1e3
+    if stage not in ("benchmark", "accept"):
+        return
+    views = side.views(outs, buf)
+    t1 = time.perf_counter()
+    for s in outs:
+        views[s.name].clone()
+    if ev.dev == "cuda":
+        torch.cuda.synchronize()
+    own_ms = (time.perf_counter() - t1) * 1e3
+    bound = FLOOR_MS.get(ev.dev, FLOOR_MS["cpu"]) + FACTOR * own_ms
+    if collect_ms > bound:
+        raise StageFailure(stage, "work_deferred_to_copy",
+                           f"copying the returned outputs took {collect_ms:.3f} ms (the call "
+                           f"{call_ms:.3f} ms; bound {bound:.3f} ms): work was deferred past the "
+                           "timed call into the untimed copy",
+                           detail={"collect_ms": collect_ms, "bound_ms": bound,
+                                   "call_ms": call_ms})
+
+
+def verify_outputs(ev: Evaluation, slots: list[Slot], inputs: dict[str, torch.Tensor],
+                   views: dict[str, torch.Tensor], stage: ErrorStage, where: dict[str, Any]) -> None:
+    """The problem's own checker (GPU MODE's ``check_implementation``), after kgrader's."""
+    outputs = {s.name: views[s.name] for s in slots if s.role == "output"}
+    why = ev.problem.verify(slots, inputs, outputs)
+    if why is not None:
+        raise StageFailure(stage, "wrong_values",
+                           f"the problem's check_implementation rejected the outputs for dims "
+                           f"{where.get('dims')}: {why}", detail={**where, "checker": why[:500]})

@@ -1,0 +1,136 @@
+"""Returned-output contracts, runner side: build the entry, call it, hand the outputs over.
+
+A KernelBench ``ModelNew`` or a GPU MODE ``custom_kernel`` returns its outputs. The runner
+times only the call (the same :class:`sandbox.timing.Timer` as ever), keeps what it
+returned, and copies it into the judge's output slots when the judge asks (``collect``),
+outside the timed region. The judge decides from its own memory, as for any task: a
+wrong count, shape or dtype of returned tensors is the candidate's correctness failure
+(``output_shape_mismatch``), and outputs never copied stay poisoned.
+
+What the copy uses is bound here, before the candidate is imported: a candidate that
+patches ``Tensor.copy_`` later does not reach it. Work deferred into the copy is refused:
+only plain tensors are accepted (no subclass whose data is computed when read), and no
+torch mode may be left active around the copy.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from sandbox.pytree import rebuild, returned_tensors
+
+_copy = torch.Tensor.copy_
+_Tensor = torch.Tensor
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+_function_depth = torch._C._len_torch_function_stack
+_no_grad = torch.no_grad
+
+
+def install_modules(modules: dict[str, str]) -> None:
+    """Make trusted helper modules (GPU MODE's ``utils``, ``task``) importable by name.
+
+    Helpers may import each other, so each is retried until all load or none progresses."""
+    pending = dict(modules)
+    while pending:
+        progressed = False
+        for name, src in list(pending.items()):
+            mod = types.ModuleType(name)
+            sys.modules[name] = mod
+            try:
+                exec(compile(src, f"{name}.py", "exec"), mod.__dict__)  # trusted task code
+            except ImportError:
+                del sys.modules[name]
+                continue
+            del pending[name]
+            progressed = True
+        if not progressed:
+            raise ImportError(f"helper module(s) {sorted(pending)} of the task could not be loaded")
+
+
+class Returned:
+    """One runner's returned-output contract (inactive for destination passing)."""
+
+    def __init__(self, setup: dict[str, Any], device: str):
+        self.contract = str(setup.get("contract", "dps"))
+        self.modules = {str(k): str(v) for k, v in dict(setup.get("modules") or {}).items()}
+        self.init = setup.get("init", {"list": []})
+        self.init_seed = int(setup.get("init_seed", 0))
+        self.device = device
+        self.last: Any = None
+
+    @property
+    def active(self) -> bool:
+        return self.contract in ("module", "gpumode")
+
+    def before_import(self) -> None:
+        install_modules(self.modules)
+        torch.set_grad_enabled(False)  # inference, as the references run
+
+    def entry(self, mod: types.ModuleType, name: str) -> tuple[Any, str | None]:
+        """The callable to time, or why there is none (a missing entry point)."""
+        obj = getattr(mod, name, None)
+        if not callable(obj):
+            return None, f"candidate defines no callable {name!r}"
+        if self.contract != "module":
+            return obj, None
+        # Built under the init seed the reference was built under, from the same values.
+        torch.manual_seed(self.init_seed)
+        model = obj(*rebuild(self.init, []))
+        if isinstance(model, torch.nn.Module):
+            model = model.to(self.device)
+        if not callable(model):
+            return None, f"{name}(...) built a {type(model).__name__}, which is not callable"
+        return model, None
+
+    def bind(self, fn: Any, data: dict[str, Any], views: list[torch.Tensor]) -> Callable[[], None]:
+        """The timed call: only ``fn`` itself; what it returns is kept for :meth:`collect`."""
+        args = rebuild(data["template"], views)
+        self.last = None
+        if data.get("star"):
+            def call() -> None:
+                self.last = fn(*args)
+        else:
+            def call() -> None:
+                self.last = fn(args)
+        return call
+
+    def collect(self, outs: list[torch.Tensor]) -> dict[str, Any] | None:
+        """Copy the last call's returned tensors into ``outs``; an error reply, or None."""
+        got, self.last = returned_tensors(self.last), None
+        if _dispatch_depth() or _function_depth():
+            return _err("mode_left_active", "the call left a torch dispatch or function mode "
+                        "active: work could be deferred into the copy of its outputs")
+        if len(got) != len(outs):
+            return _err("output_shape_mismatch", f"the call returned {len(got)} tensor(s); the "
+                        f"task expects {len(outs)} ({_shapes(outs)})")
+        for i, (t, o) in enumerate(zip(got, outs, strict=True)):
+            if type(t) is not _Tensor:
+                return _err("output_shape_mismatch", f"output {i} is a {type(t).__name__}, not a "
+                            "plain torch.Tensor")
+            if tuple(t.shape) != tuple(o.shape) or t.dtype != o.dtype:
+                return _err("output_shape_mismatch", f"output {i} is {tuple(t.shape)} "
+                            f"{_name(t.dtype)}; the reference's is {tuple(o.shape)} {_name(o.dtype)}")
+        with _no_grad():
+            for t, o in zip(got, outs, strict=True):
+                _copy(o, t)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return None
+
+
+def _name(d: torch.dtype) -> str:
+    return str(d).removeprefix("torch.")
+
+
+def _shapes(ts: list[torch.Tensor]) -> str:
+    return ", ".join(f"{tuple(t.shape)} {_name(t.dtype)}" for t in ts)
+
+
+def _err(code: str, message: str) -> dict[str, Any]:
+    return {"ok": False, "error": {"code": code, "type": "OutputContract", "message": message,
+                                   "line": None}}

@@ -1,0 +1,173 @@
+"""The judge's field problems and the runner's returned-output contract, in process.
+
+These exercise sandbox/field.py, sandbox/pytree.py and sandbox/returned.py directly on
+the CPU (no sandbox): the end-to-end grading is in tests/e2e/test_field_tasks.py.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from grader.tasks import gpumode, kernelbench
+from sandbox.failure import StageFailure
+from sandbox.problem import DpsProblem, make_problem
+from sandbox.pytree import UnsupportedValue, flatten, rebuild
+from sandbox.returned import Returned
+from sandbox.tensors import layout, total_bytes, view
+from sandbox.wire import TaskWire
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "field"
+
+
+def kb_task(name: str) -> tuple[TaskWire, str]:
+    t = kernelbench.import_problem(EXAMPLES / "kernelbench" / "problems" / name)
+    return t.spec.to_wire(), t.reference
+
+
+def gm_task(name: str) -> tuple[TaskWire, str]:
+    t = gpumode.import_problem(EXAMPLES / "gpumode" / name)
+    return t.spec.to_wire(), t.reference
+
+
+def test_argument_structures_cross_as_json_templates_with_tensor_holes() -> None:
+    a, b = torch.ones(2), torch.zeros(3)
+    data = (a, {"w": b, "cfg": [1, 2.5, "x", None, True, torch.float16]}, float("nan"))
+    template, tensors = flatten(data)
+    assert tensors == [a, b]
+    back = rebuild(template, [a + 1, b + 1])
+    assert back[0].tolist() == [2, 2] and back[1]["w"].tolist() == [1, 1, 1]
+    assert back[1]["cfg"] == [1, 2.5, "x", None, True, torch.float16] and back[2] != back[2]
+    with pytest.raises(UnsupportedValue, match="object"):
+        flatten((object(),))
+    with pytest.raises(UnsupportedValue, match="non-string keys"):
+        flatten({1: a})
+
+
+def test_a_kernelbench_problem_lays_out_generator_tensors_and_matches_its_model() -> None:
+    task, ref = kb_task("5_Linear_GELU.py")
+    problem = make_problem(task, ref, "cpu", random.Random(3))
+    slots = problem.layout(task.tune[0])
+    assert [(s.name, s.role, s.shape) for s in slots] == [("in0", "input", (32, 256)),
+                                                          ("out0", "output", (32, 128))]
+    x1, x2, x3 = (problem.inputs(slots, s)["in0"] for s in (5, 5, 6))
+    assert torch.equal(x1, x2) and not torch.equal(x1, x3)
+    out = problem.reference(slots, {"in0": x1})["out0"]
+    setup = problem.runner_setup()
+    assert setup["contract"] == "module" and rebuild(setup["init"], []) == [256, 128]
+    torch.manual_seed(setup["init_seed"])  # the runner's way: the same seed, the same weights
+    model = torch.nn.Linear(256, 128)
+    assert torch.allclose(out, torch.nn.functional.gelu(model(x1)), atol=1e-6)
+    hidden = problem.layout(task.hidden[0])
+    assert hidden[0].shape == (33, 256) and problem.call_slots(hidden) == hidden[:1]
+    assert problem.call_data(hidden)["star"] is True
+
+
+def test_init_inputs_that_depend_on_a_varied_constant_are_the_tasks_fault() -> None:
+    task, ref = kb_task("4_LayerNorm.py")
+    problem = make_problem(task, ref, "cpu", random.Random(1))
+    with pytest.raises(StageFailure) as e:
+        problem.layout({"batch_size": 64, "hidden": 1000})
+    assert e.value.error.origin == "infrastructure" and "get_init_inputs depends" in e.value.error.message
+
+
+def test_a_gpumode_problem_exempts_output_buffers_and_runs_its_checker() -> None:
+    task, ref = gm_task("linear")
+    problem = make_problem(task, ref, "cpu", random.Random(2))
+    slots = problem.layout(task.tune[0])
+    assert [s.name for s in slots] == ["in0", "in1", "in2", "in3", "out0"]
+    assert problem.scratch == {"in3"}
+    inputs = problem.inputs(slots, 7)
+    expected = problem.reference(slots, inputs)
+    assert problem.verify(slots, inputs, expected) is None
+    wrong = {"out0": expected["out0"] + 1}
+    assert "mismatched" in (problem.verify(slots, inputs, wrong) or "")
+    assert problem.call_data(slots)["star"] is False
+
+
+def test_a_reference_file_without_its_names_is_the_tasks_fault() -> None:
+    task, _ = gm_task("vectorsum")
+    with pytest.raises(StageFailure, match="defines no callable 'check_implementation'") as e:
+        make_problem(task, "def ref_kernel(d):\n    return d\ndef generate_input(size, seed):\n"
+                     "    return None\n", "cpu", random.Random(0))
+    assert e.value.error.origin == "infrastructure"
+
+
+def test_a_generator_whose_structure_changes_with_the_seed_is_refused() -> None:
+    task, _ = gm_task("vectorsum")
+    ref = ("import torch\ndef ref_kernel(d):\n    return d[0].sum()\n"
+           "def generate_input(size, seed):\n"
+           "    return (torch.ones(size), seed % 2)\n"
+           "def check_implementation(data, output):\n    return True, ''\n")
+    problem = make_problem(task, ref, "cpu", random.Random(4))
+    slots = problem.layout(task.tune[0])
+    with pytest.raises(StageFailure, match="another structure"):
+        for seed in range(4):
+            problem.inputs(slots, seed)
+
+
+def test_dtype_variables_and_empty_tensors_lay_out() -> None:
+    from grader.task import TaskSpec
+
+    spec = TaskSpec.model_validate({
+        "name": "t", "tensors": [{"name": "x", "role": "input", "dtype": "T", "shape": ["N"]},
+                                 {"name": "y", "role": "output", "dtype": "T", "shape": ["N"]}],
+        "shapes": {"tune": [{"N": 5, "T": "bfloat16"}], "hidden": [{"N": 0, "T": "float32"}],
+                   "generate": {"dims": {"N": {"max": 9}}, "dtypes": {"T": ["bfloat16", "float32"]}}},
+        "correctness": {"seeds": [1], "atol": 0, "rtol": 0}})
+    task = spec.to_wire()
+    problem = DpsProblem(task, "def launch(x, y):\n    y.copy_(x)\n", "cpu")
+    slots = problem.layout(task.tune[0])
+    assert [s.dtype for s in slots] == ["bfloat16", "bfloat16"]
+    empty = layout(task.tensors, task.hidden[0])
+    base = torch.zeros(total_bytes(empty), dtype=torch.uint8)
+    assert view(base, empty[0]).shape == (0,) and empty[0].dtype == "float32"
+    out = problem.reference(empty, problem.inputs(empty, 1))
+    assert out["y"].shape == (0,)
+
+
+def returned_after(value: object) -> Returned:
+    r = Returned({"contract": "gpumode"}, "cpu")
+    call = r.bind(lambda data: value, {"template": {"list": []}, "star": False}, [])
+    call()
+    return r
+
+
+def test_collect_copies_plain_returned_tensors_into_the_output_slots() -> None:
+    out = torch.full((2, 3), float("nan"))
+    assert returned_after(torch.ones(2, 3)).collect([out]) is None
+    assert torch.equal(out, torch.ones(2, 3))
+
+
+@pytest.mark.parametrize("value,needle", [
+    ((torch.ones(2, 3), torch.ones(2, 3)), "returned 2 tensor(s); the task expects 1"),
+    (torch.ones(3, 2), "is (3, 2) float32; the reference's is (2, 3) float32"),
+    (torch.ones(2, 3, dtype=torch.float64), "float64"),
+    (None, "is a NoneType"),
+    (torch.nn.Parameter(torch.ones(2, 3)), "not a plain torch.Tensor"),
+])
+def test_collect_refuses_the_wrong_count_shape_dtype_or_kind(value: object, needle: str) -> None:
+    reply = returned_after(value).collect([torch.empty(2, 3)])
+    assert reply is not None and reply["error"]["code"] == "output_shape_mismatch"
+    assert needle in reply["error"]["message"]
+
+
+class PassThrough(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        return func(*args, **(kwargs or {}))
+
+
+def test_collect_refuses_while_a_torch_mode_is_left_active() -> None:
+    r = returned_after(torch.ones(2, 3))
+    out = torch.empty(2, 3)
+    mode = PassThrough()
+    mode.__enter__()
+    try:
+        reply = r.collect([out])
+    finally:
+        mode.__exit__(None, None, None)
+    assert reply is not None and reply["error"]["code"] == "mode_left_active"

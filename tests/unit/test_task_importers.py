@@ -1,0 +1,170 @@
+"""The field importers' pure logic (grader/tasks/kernelbench.py, gpumode.py): no sandbox."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from grader.errors import TaskError
+from grader.tasks import gpumode, kernelbench
+from grader.tasks.common import task_name, write_task
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "field"
+KB = EXAMPLES / "kernelbench" / "problems"
+GM = EXAMPLES / "gpumode"
+
+KB_SOURCE = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, features, eps):
+        super().__init__()
+        self.norm = nn.LayerNorm(features, eps=eps)
+    def forward(self, x, y):
+        return self.norm(x) + y * scale
+
+batch_size = 16
+features = 64
+width = 48
+scale = 2
+derived = width * 2
+a, b = 1, 2
+flag: int = 7
+eps = 1e-5
+negative = -3
+
+def get_inputs():
+    x = torch.randn(batch_size, features)
+    y = torch.randn(batch_size, width, flag)
+    return [x, y]
+
+def get_init_inputs():
+    return [features, eps]
+'''
+
+
+def test_kernelbench_plan_varies_only_what_get_inputs_alone_reads() -> None:
+    tree = ast.parse(KB_SOURCE)
+    consts = kernelbench.size_constants(tree)
+    assert consts == {"batch_size": 16, "features": 64, "width": 48, "scale": 2, "flag": 7}
+    dims, varied = kernelbench.plan(tree)
+    # features feeds the model, scale the forward, width another constant: fixed
+    assert dims == {"batch_size": 16, "features": 64, "width": 48, "flag": 7}
+    assert varied == ["batch_size", "flag"]
+
+
+def test_kernelbench_variants_move_a_little_never_onto_multiples_of_16() -> None:
+    base = {"batch_size": 16, "dim": 1, "fixed": 64}
+    vs = kernelbench.variants(base, ["batch_size", "dim"])
+    # dim 1 cannot go down (0 is no size): it goes up; the mixed move repeats "all up"
+    assert vs == [{"batch_size": 17, "dim": 2, "fixed": 64}, {"batch_size": 15, "dim": 2, "fixed": 64}]
+    for v in vs:
+        assert v["fixed"] == 64 and v != base
+        assert all(v[k] >= 1 and v[k] % 16 for k in ("batch_size", "dim"))
+    assert any(all(v[k] > base[k] for k in ("batch_size", "dim")) for v in vs)
+    assert kernelbench.variants(base, []) == []
+    assert kernelbench._nudge(17, -1) == 15 and kernelbench._nudge(15, +1) == 17
+
+
+def test_kernelbench_import_makes_a_module_task(tmp_path: Path) -> None:
+    task = kernelbench.import_problem(KB / "5_Linear_GELU.py")
+    spec = task.spec
+    assert (spec.name, spec.contract, spec.entrypoint, spec.policy) == \
+        ("kb_5_linear_gelu", "module", "ModelNew", "cuda-inline")
+    assert spec.problem is not None and spec.problem.varied == ["batch_size"]
+    assert spec.shapes.tune == [{"batch_size": 32, "in_features": 256, "out_features": 128}]
+    assert {h["batch_size"] for h in spec.shapes.hidden} == {33, 31, 35}
+    assert spec.to_wire().problem.init == "get_init_inputs"  # type: ignore[union-attr]
+    folder = write_task(task, tmp_path)
+    assert (folder / "reference.py").read_text() == (KB / "5_Linear_GELU.py").read_text()
+    assert json.loads((folder / "task.json").read_text())["contract"] == "module"
+    with pytest.raises(TaskError, match="exists"):
+        write_task(task, tmp_path)
+
+
+def test_not_a_kernelbench_problem_is_a_clear_error(tmp_path: Path) -> None:
+    p = tmp_path / "x.py"
+    p.write_text("class Model: pass\n")
+    with pytest.raises(TaskError, match=r"not a KernelBench problem \(no get_inputs, get_init_inputs\)"):
+        kernelbench.import_problem(p)
+    p.write_text("def broken(:\n")
+    with pytest.raises(TaskError, match=r"x\.py:1: not valid Python"):
+        kernelbench.import_problem(p)
+    with pytest.raises(TaskError, match="no KernelBench problem files"):
+        kernelbench.find_problems(tmp_path)
+    assert len(kernelbench.find_problems(KB)) == 5
+
+
+def test_gpumode_import_maps_tests_benchmarks_seed_tolerances_and_helpers() -> None:
+    task = gpumode.import_problem(GM / "vectoradd")
+    spec = task.spec
+    assert (spec.contract, spec.entrypoint, spec.name) == ("gpumode", "custom_kernel", "gm_vectoradd")
+    assert spec.shapes.tune == [{"size": 64}, {"size": 127}, {"size": 200}]
+    assert spec.shapes.timed == {"size": 256} and spec.shapes.hidden == [{"size": 255}]
+    p = spec.problem
+    assert p is not None and p.seed_arg == "seed" and p.checker == "check_implementation"
+    assert set(p.support_modules) == {"task", "utils"} and p.scratch == []
+    assert (spec.correctness.rtol, spec.correctness.atol) == (1e-3, 1e-3)
+
+
+def test_gpumode_output_buffers_are_scratch() -> None:
+    p = gpumode.import_problem(GM / "linear").spec.problem
+    assert p is not None and p.scratch == [3]
+
+
+def write_problem(folder: Path, yml: str, ref: str | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "task.yml").write_text(yml)
+    (folder / "reference.py").write_text(ref or (
+        "def ref_kernel(data):\n    return data\n\n"
+        "def generate_input(n, seed, mode='x'):\n    return None\n"))
+    return folder
+
+
+def test_gpumode_fixed_non_integer_arguments_pass_through(tmp_path: Path) -> None:
+    f = write_problem(tmp_path / "p", 'tests:\n  - {"n": 4, "seed": 1, "mode": "a"}\n'
+                                      '  - {"n": 5, "seed": 2, "mode": "a"}\n')
+    spec = gpumode.import_problem(f).spec
+    assert spec.problem is not None and spec.problem.fixed_args == {"mode": "a"}
+    assert spec.shapes.tune == [{"n": 4}, {"n": 5}] and spec.shapes.timed is None
+    assert (spec.correctness.rtol, spec.correctness.atol) == (gpumode.DEFAULT_RTOL,
+                                                              gpumode.DEFAULT_ATOL)
+
+
+@pytest.mark.parametrize("yml,msg", [
+    ('tests:\n  - {"n": 4, "mode": "a"}\n  - {"n": 5, "mode": "b"}\n', "changes between entries"),
+    ('tests:\n  - {"n": 4}\n  - {"m": 5}\n', "name different arguments"),
+    ('tests:\n  - {"n": 0}\n', "dimensions must be positive"),
+    ('tests:\n  - {"n": [1, 2]}\n', "not a plain value"),
+    ('tests: {"n": 4}\n', "must be a list"),
+    ("benchmarks: []\n", "no tests"),
+    ("tests: [\n", "invalid YAML"),
+    ("- 1\n", "expected a mapping"),
+])
+def test_bad_gpumode_task_yml_is_a_clear_error(tmp_path: Path, yml: str, msg: str) -> None:
+    f = write_problem(tmp_path / "p", yml)
+    with pytest.raises(TaskError, match=msg):
+        gpumode.import_problem(f)
+
+
+def test_gpumode_missing_pieces_are_named(tmp_path: Path) -> None:
+    f = write_problem(tmp_path / "p", 'tests:\n  - {"n": 4}\n', "def ref_kernel(d):\n    return d\n")
+    with pytest.raises(TaskError, match="defines no generate_input"):
+        gpumode.import_problem(f)
+    f = write_problem(tmp_path / "q", 'tests:\n  - {"n": 4}\n',
+                      "from utils import x\ndef ref_kernel(d):\n    return d\n"
+                      "def generate_input(n):\n    return n\n")
+    with pytest.raises(TaskError, match="imports utils, which the folder does not ship"):
+        gpumode.import_problem(f)
+    with pytest.raises(TaskError, match=r"no task\.yml"):
+        gpumode.import_problem(tmp_path)
+    assert len(gpumode.find_problems(GM)) == 5
+
+
+def test_task_names_are_identifiers() -> None:
+    assert task_name("1_Square matrix-mult_", "kb_") == "kb_1_square_matrix_mult"
+    assert task_name("..", "gm_") == "gm_problem"
