@@ -13,10 +13,17 @@ from grader.report.model import Report, ReportError
 SHA = "f" * 64
 
 
-def _report(stage: str, code: str, origin: str = "candidate") -> Report:
+def _report(stage: str, code: str, origin: str = "candidate", message: str = "m") -> Report:
     return Report(ok=False, stage=stage,  # type: ignore[arg-type]
                   errors=[ReportError(stage=stage, code=code, origin=origin,  # type: ignore[arg-type]
-                                      message="m")])
+                                      message=message)])
+
+
+def test_torch_compute_denied_by_the_allow_list_is_a_library_fallback_not_an_attack() -> None:
+    msg = "torch.add is not on policy triton-only's allow-list for torch (...)"
+    assert violation(_report("scan", "name-not-allowed", message=msg)) is None
+    assert violation(_report("scan", "name-not-allowed",
+                             message="os.system is not on policy triton-only's allow-list")) is not None
 
 
 @pytest.mark.parametrize(("stage", "code"), [
