@@ -121,7 +121,7 @@ def test_rerun_of_the_same_command_redoes_nothing(inputs: dict[str, Path], local
                 "--submissions", str(inputs["subs"]), "--state", str(local_state),
                 "--device", "cpu", "--backend", "bwrap", "--top-k", "1")
     # Only the failing reference is checked again (failures are retried, passes cached).
-    assert "evaluated 1, already done 3;" in p.stderr
+    assert "evaluated 1, already done 4;" in p.stderr  # good, wrong, cheat, good re-run
     after = {k: v for k, v in verdicts(local_state).items() if k[0] != "(reference)"}
     assert after == before
 
