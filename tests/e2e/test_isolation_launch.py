@@ -21,6 +21,7 @@ import pytest
 from grader.backends.bwrap import _mkdirs, _python_roots
 
 ROOT = Path(__file__).resolve().parents[2]
+REPO_MOUNT = "/tmp/kgrader-repo"  # inside the sandbox's own /tmp (the root is read-only)
 CONTRACT = ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN")
 SETID = 0xC0  # CAP_SETUID | CAP_SETGID
 
@@ -38,10 +39,13 @@ def launch(probe: str, caps: tuple[str, ...] = CONTRACT, then: tuple[str, ...] |
         if top == "/root":
             argv += ["--tmpfs", "/root", *_mkdirs(root), "--ro-bind", root, root]
     argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
+             # the checkout at a fixed place: it may itself live under /tmp, which the
+             # sandbox replaces with a tmpfs (as CI's clone may)
+             "--ro-bind", str(ROOT), REPO_MOUNT,
              "--cap-drop", "ALL"]
     for cap in caps:
         argv += ["--cap-add", cap]
-    for k, v in {"PYTHONPATH": str(ROOT), "KG_PROBE": probe, **(env or {})}.items():
+    for k, v in {"PYTHONPATH": REPO_MOUNT, "KG_PROBE": probe, **(env or {})}.items():
         argv += ["--setenv", k, v]
     tail = list(then) if then is not None else ["--then", "tests.e2e.isolation_probe"]
     argv += ["--", sys.executable, "-m", "sandbox.launch", *tail]
