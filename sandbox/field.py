@@ -10,6 +10,7 @@ seeded (torch's global RNG, and GPU MODE's seed argument) with the judge's seed.
 
 from __future__ import annotations
 
+import abc
 import sys
 import types
 from collections.abc import Callable
@@ -90,11 +91,13 @@ class ReturnedProblem(Problem):
         self._scratch: set[str] = set()
 
     # ---- the contract's two calls into problem code --------------------------------
+    @abc.abstractmethod
     def _generate(self, dims: dict[str, int], seed: int) -> Any:
-        raise NotImplementedError
+        """The trusted generator's data for one shape, seeded with ``seed``."""
 
+    @abc.abstractmethod
     def _call_reference(self, data: Any, float64: bool) -> Any:
-        raise NotImplementedError
+        """The trusted reference's returned outputs for ``data``."""
 
     # ---- layout ----------------------------------------------------------------------
     def layout(self, dims: dict[str, int]) -> list[Slot]:

@@ -8,6 +8,7 @@ field formats (KernelBench modules, GPU MODE functions) are in :mod:`sandbox.fie
 
 from __future__ import annotations
 
+import abc
 import random
 from typing import Any
 
@@ -18,7 +19,7 @@ from sandbox.tensors import make_input as _make_input
 from sandbox.wire import TaskWire
 
 
-class Problem:
+class Problem(abc.ABC):
     """The judge's view of a task's reference. Subclasses fill in the contract."""
 
     returns: bool = False  # outputs are returned by the call, not written into buffers
@@ -27,16 +28,18 @@ class Problem:
         self.task, self.dev = task, dev
         self.scratch: frozenset[str] = frozenset()  # inputs the candidate may write
 
+    @abc.abstractmethod
     def layout(self, dims: dict[str, int]) -> list[Slot]:
-        raise NotImplementedError
+        """Where every tensor of one shape lives in the shared buffer."""
 
+    @abc.abstractmethod
     def inputs(self, slots: list[Slot], seed: int) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+        """Fresh inputs for ``slots`` from ``seed`` (a seed the candidate never sees)."""
 
+    @abc.abstractmethod
     def reference(self, slots: list[Slot], inputs: dict[str, torch.Tensor],
                   float64: bool = False) -> dict[str, torch.Tensor]:
         """The reference's outputs; ``float64``: evaluated in float64 (``task check``)."""
-        raise NotImplementedError
 
     def call_slots(self, slots: list[Slot]) -> list[Slot]:
         """The slots the runner's views are made of, in call order."""
