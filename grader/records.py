@@ -58,8 +58,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import filelock
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from grader.durable import (
+    append_line,
+    atomic_write,
+    cut_torn_tail,
+    fsync_dir,
+    write_fsynced,
+)
 from grader.errors import TaskError
 from grader.report.model import Report
 
@@ -92,83 +99,6 @@ def _sha256_file(path: Path) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-# --- durable file primitives ----------------------------------------------------------
-
-
-def _fsync_dir(path: Path) -> None:
-    # A rename or a new file is durable only once its directory entry is.
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_fsynced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder, fsync it, rename, fsync the folder."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    _write_fsynced(tmp, data)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _cut_torn_tail(path: Path) -> None:
-    """Drop a final line that lacks its newline (a crash mid-append), so appends stay whole."""
-    if not path.exists():
-        return
-    with open(path, "rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return
-        # Scan back for the last newline; files stay small enough to read whole.
-        f.seek(0)
-        data = f.read()
-        f.truncate(data.rfind(b"\n") + 1)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _append_line(path: Path, obj: dict[str, Any]) -> None:
-    """Append one JSON line with a single write and fsync it (caller holds the lock)."""
-    created = not path.exists()
-    line = json.dumps(obj, ensure_ascii=False, default=_jsonable) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        data = line.encode("utf-8")
-        while data:  # os.write may write less than asked; keep going until all is out
-            data = data[os.write(fd, data):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if created:
-        _fsync_dir(path.parent)
-
-
-def _jsonable(obj: object) -> object:
-    if isinstance(obj, BaseModel):
-        return obj.model_dump(mode="json")
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, bytes):
-        return obj.decode("utf-8", errors="replace")
-    if isinstance(obj, set | frozenset | tuple):
-        return list(obj)
-    return repr(obj)
-
-
-# --- reading --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -308,8 +238,8 @@ class Records:
             self._recover_locked()
 
     def _recover_locked(self) -> None:
-        _cut_torn_tail(self.trajectory_path)
-        _cut_torn_tail(self.tool_calls_path)
+        cut_torn_tail(self.trajectory_path)
+        cut_torn_tail(self.tool_calls_path)
         tmp = self.root / BEST_TMP
         if not tmp.exists():
             return
@@ -318,7 +248,7 @@ class Records:
             os.replace(tmp, self.best_path)
         else:
             tmp.unlink()
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
 
     def best_source(self) -> str | None:
         """The committed best candidate's source (state 1 or 2), or ``None``."""
@@ -357,11 +287,11 @@ class Records:
         staging = evals / f".staging-{name}"
         staging.mkdir()
         for fname, data in files.items():
-            _write_fsynced(staging / fname, data)
-        _fsync_dir(staging)
+            write_fsynced(staging / fname, data)
+        fsync_dir(staging)
         final = evals / name
         os.rename(staging, final)
-        _fsync_dir(evals)
+        fsync_dir(evals)
         return final
 
     def finish(self, eval_dir: str | Path, report: Report, accepted: bool | None, *,
@@ -388,7 +318,7 @@ class Records:
         result and is recorded. Returns the line written, if any.
         """
         folder = Path(eval_dir)
-        _atomic_write(folder / REPORT, report.model_dump_json(indent=2).encode("utf-8"))
+        atomic_write(folder / REPORT, report.model_dump_json(indent=2).encode("utf-8"))
         if accepted is None:
             if report.acceptance is None:
                 return None
@@ -407,11 +337,11 @@ class Records:
         with self._locked():
             self.recover()
             if accepted:
-                _write_fsynced(self.root / BEST_TMP, cand_bytes)  # step b
-            _append_line(self.trajectory_path, entry.to_json())  # step c: commit point
+                write_fsynced(self.root / BEST_TMP, cand_bytes)  # step b
+            append_line(self.trajectory_path, entry.to_json())  # step c: commit point
             if accepted:
                 os.replace(self.root / BEST_TMP, self.best_path)  # step d
-                _fsync_dir(self.root)
+                fsync_dir(self.root)
         return entry
 
     def log_tool_call(self, name: str, args: dict[str, Any], result: Any) -> None:
@@ -421,8 +351,8 @@ class Records:
         """
         line = {"time": _now(), "name": name, "args": args, "result": result}
         with self._locked():
-            _cut_torn_tail(self.tool_calls_path)
-            _append_line(self.tool_calls_path, line)
+            cut_torn_tail(self.tool_calls_path)
+            append_line(self.tool_calls_path, line)
 
     @staticmethod
     def _task_name(folder: Path) -> str | None:

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from grader import __version__
 from grader.agent import tools as kt
+from grader.agent.schemas import tool_description
 
 __all__ = ["build_server", "serve"]
 
@@ -71,7 +72,7 @@ def build_server(workspace: str | Path) -> Any:
     # block the protocol loop; the workspace lock in grader.agent.tools serialises them.
     for fn in (compile_kernel, bench_kernel, profile_kernel, measure_peak, accept_candidate,
                search_experience):
-        server.add_tool(fn, name=fn.__name__, description=kt.tool_description(fn.__name__))
+        server.add_tool(fn, name=fn.__name__, description=tool_description(fn.__name__))
     return server
 
 

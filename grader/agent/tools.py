@@ -44,13 +44,13 @@ Candidate faults are values (``ok: false``); a broken workspace raises
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import filelock
 
+from grader.agent.schemas import TOOL_NAMES, check_args, tool_schemas
 from grader.agent.workspace import (
     LOCK_NAME,
     Workspace,
@@ -58,13 +58,10 @@ from grader.agent.workspace import (
     WorkspaceError,
     init_workspace,
 )
-from grader.errors import CandidateFileError, KgraderError, UsageError
+from grader.errors import CandidateFileError, KgraderError
 from grader.evaluate import EvalRequest, Source, StageName, evaluate
 from grader.experience.hooks import remember_tool
 from grader.experience.search import (
-    SEARCH_DESCRIPTION,
-    SEARCH_SCHEMA,
-    check_search_args,
     search_for_task,
 )
 from grader.report.model import Report
@@ -339,72 +336,13 @@ def _accept_reason(best: str | None, report: Report) -> str:
     return _not_reached(report, "accept")
 
 
-# --- schemas and dispatch -------------------------------------------------------------
-
-_SOURCE = {"type": "object", "additionalProperties": False, "required": ["source"],
-           "properties": {"source": {"type": "string", "minLength": 1,
-                                     "description": "Complete Python source of the kernel module "
-                                                    "(defines the task's entry point)."}}}
-_NONE = {"type": "object", "additionalProperties": False, "properties": {}}
-
-_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
-    "compile_kernel": ("Statically scan the kernel source, import it in the sandbox and launch it "
-                       "once on a tune shape. Returns ok, stage, errors (with line), warnings.",
-                       _SOURCE),
-    "bench_kernel": ("Check correctness (tune and hidden shapes, several seeds), then time the kernel "
-                     "under the task's protocol. Returns ok, correct, mean_ms, median_ms, p95_ms, "
-                     "std_ms, bandwidth_gbps, tflops.", _SOURCE),
-    "profile_kernel": ("bench_kernel plus a roofline analysis against the calibrated device peaks "
-                       "(ai, bound, bottleneck, bandwidth_utilization_pct, roofline_fraction) and, "
-                       "on an NVIDIA GPU, hardware counters per kernel (occupancy, registers, "
-                       "spills, DRAM/SM throughput, bank conflicts, warp stalls) with advice: "
-                       "at most five sentences per kernel saying what to change.", _SOURCE),
-    "measure_peak": ("The device's calibrated peaks: copy bandwidth (GB/s) and matmul TFLOP/s per "
-                     "dtype (cached per device and software fingerprint).", _NONE),
-    "accept_candidate": ("Compare the kernel with the current best in a paired, interleaved run; "
-                         "when it is faster (or is the first correct kernel) it becomes the new best. "
-                         "Returns accepted and improvementFraction.", _SOURCE),
-    "search_experience": (SEARCH_DESCRIPTION, SEARCH_SCHEMA),
-}
-TOOL_NAMES: tuple[str, ...] = tuple(_SPECS)
+# --- dispatch ---------------------------------------------------------------------------
 
 _FUNCS: dict[str, Callable[..., dict[str, Any]]] = {
     "compile_kernel": compile_kernel, "bench_kernel": bench_kernel, "profile_kernel": profile_kernel,
     "measure_peak": measure_peak, "accept_candidate": accept_candidate,
     "search_experience": search_experience,
 }
-
-
-def tool_schemas() -> list[dict[str, Any]]:
-    """The five tools in the function-calling format ``{"type": "function", "function": ...}``."""
-    return [{"type": "function", "function": {"name": name, "description": desc,
-                                              "parameters": json.loads(json.dumps(params))}}
-            for name, (desc, params) in _SPECS.items()]
-
-
-def tool_description(name: str) -> str:
-    """The description of tool ``name`` (shared by the MCP server)."""
-    return _SPECS[name][0]
-
-
-def check_args(name: str, args: Any) -> dict[str, Any]:
-    """Validate ``args`` against the tool's schema; raise :class:`UsageError` when wrong."""
-    if name not in _SPECS:
-        raise UsageError(f"unknown tool {name!r} (one of {', '.join(TOOL_NAMES)})")
-    if not isinstance(args, dict):
-        raise UsageError(f"arguments of {name} must be a JSON object, got {type(args).__name__}")
-    props = _SPECS[name][1]["properties"]
-    extra = sorted(set(args) - set(props))
-    if extra:
-        raise UsageError(f"{name} takes no argument(s) {extra}; it takes {sorted(props) or 'none'}")
-    for req in _SPECS[name][1].get("required", []):
-        if req not in args:
-            raise UsageError(f"{name} needs argument {req!r}")
-    if "source" in args and not isinstance(args["source"], str):
-        raise UsageError(f"{name}: 'source' must be a string")
-    if name == "search_experience":
-        check_search_args(args)
-    return args
 
 
 def call_tool(workspace: str | Path | Workspace, name: str, args: Any) -> dict[str, Any]:

@@ -54,7 +54,8 @@ _workspace_opt = click.option("--workspace", "-w", required=True,
 @kgrader_errors
 def tool_cmd(name: str, workspace: Path, args_json: str) -> None:
     """Run agent tool NAME on the workspace; print its JSON return."""
-    from grader.agent.tools import call_tool, check_args
+    from grader.agent.schemas import check_args
+    from grader.agent.tools import call_tool
 
     text = args_json
     if text.startswith("@"):
@@ -78,7 +79,7 @@ def tools_group() -> None:
 @tools_group.command("schema")
 def tools_schema() -> None:
     """Print the tools' JSON schemas (function-calling format)."""
-    from grader.agent.tools import tool_schemas
+    from grader.agent.schemas import tool_schemas
 
     click.echo(json.dumps(tool_schemas(), indent=2))
 

@@ -19,6 +19,7 @@ import anyio
 import pytest
 
 from grader.agent import tools
+from grader.agent.schemas import TOOL_NAMES
 from grader.errors import SandboxUnavailableError
 from grader.records import check_consistency, read_trajectory
 
@@ -149,7 +150,7 @@ def test_mcp_server_answers_a_real_client(ws: tools.Workspace) -> None:
             return [t.name for t in listed.tools], result
 
     names, result = anyio.run(session)
-    assert sorted(names) == sorted(tools.TOOL_NAMES)
+    assert sorted(names) == sorted(TOOL_NAMES)
     assert not result.is_error
     payload = result.structured_content
     assert payload is not None and payload["ok"] and payload["compiled"], payload

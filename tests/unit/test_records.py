@@ -11,6 +11,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from grader import durable
 from grader import records as records_mod
 from grader.cli.records import register
 from grader.errors import TaskError
@@ -126,8 +127,10 @@ class _Crash(BaseException):
 
 
 def _crash_on(monkeypatch: pytest.MonkeyPatch, name: str, nth: int = 1) -> None:
+    """Crash at the nth call of a durable-write step, from records.py or from grader.durable
+    (where the primitives call each other), counting both together."""
     calls = {"n": 0}
-    real = getattr(records_mod, name)
+    real = getattr(durable, name)
 
     def fake(*args: object, **kwargs: object) -> object:
         calls["n"] += 1
@@ -135,16 +138,18 @@ def _crash_on(monkeypatch: pytest.MonkeyPatch, name: str, nth: int = 1) -> None:
             raise _Crash(name)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(records_mod, name, fake)
+    for mod in (records_mod, durable):
+        if hasattr(mod, name):
+            monkeypatch.setattr(mod, name, fake)
 
 
 @pytest.mark.parametrize(
     ("step", "nth", "best_after"),
     [
-        ("_write_fsynced", 1, "v1\n"),  # writing report.json: no commit
-        ("_write_fsynced", 2, "v1\n"),  # writing best.py.tmp: no commit
-        ("_append_line", 1, "v1\n"),  # before the commit line: no commit
-        ("_fsync_dir", 2, "v2\n"),  # after the rename: committed and installed
+        ("write_fsynced", 1, "v1\n"),  # writing report.json: no commit
+        ("write_fsynced", 2, "v1\n"),  # writing best.py.tmp: no commit
+        ("append_line", 1, "v1\n"),  # before the commit line: no commit
+        ("fsync_dir", 2, "v2\n"),  # after the rename: committed and installed
     ],
 )
 def test_a_crash_at_each_step_of_finish_leaves_the_records_consistent(
