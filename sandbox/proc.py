@@ -9,6 +9,7 @@ before torch or the candidate is imported.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -30,6 +31,31 @@ class RunnerFailure(Exception):
     message: str
     line: int | None = None
     detail: dict[str, Any] | None = None
+
+
+RUNNER_ENTRY = "sandbox.runner_boot"
+
+
+def runner_argv(read_fd: int, write_fd: int, fd_sock: int, module_path: str, entry: str,
+                device: str) -> list[str]:
+    """The runner's command line: ``python -m sandbox.runner_boot`` and the arguments that
+    ``sandbox.runner.arg_parser`` reads (a diagnostics tool's prefix goes in front)."""
+    return [sys.executable, "-m", RUNNER_ENTRY, "--read-fd", str(read_fd), "--write-fd",
+            str(write_fd), "--fd-sock", str(fd_sock), "--module", module_path, "--entry", entry,
+            "--device", device]
+
+
+def runner_arg_parser() -> argparse.ArgumentParser:
+    """What ``runner_argv`` writes, read back: by ``sandbox.runner`` and, under a
+    diagnostics tool, by ``sandbox.tool_runner``."""
+    p = argparse.ArgumentParser(prog=RUNNER_ENTRY)
+    p.add_argument("--read-fd", type=int, required=True)
+    p.add_argument("--write-fd", type=int, required=True)
+    p.add_argument("--fd-sock", type=int, required=True)
+    p.add_argument("--module", required=True)
+    p.add_argument("--entry", default="launch")
+    p.add_argument("--device", default="cpu")
+    return p
 
 
 class RunnerHandle:
@@ -57,9 +83,7 @@ class RunnerHandle:
         # A unix socket beside the pipes: buffers (memfd, CUDA VMM handles) can be handed
         # over after the runner started, so that it imports torch while the judge does.
         self.sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [*prefix, sys.executable, "-m", "sandbox.runner_boot", "--read-fd", str(j2r_r),
-               "--write-fd", str(r2j_w), "--fd-sock", str(child_sock.fileno()),
-               "--module", module_path, "--entry", entry, "--device", device]
+        cmd = [*prefix, *runner_argv(j2r_r, r2j_w, child_sock.fileno(), module_path, entry, device)]
         try:
             self.proc = subprocess.Popen(
                 cmd, pass_fds=(j2r_r, r2j_w, child_sock.fileno(), *pass_fds),

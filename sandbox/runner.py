@@ -24,6 +24,7 @@ import torch
 
 from sandbox import harden, protocol
 from sandbox.op_audit import AuditTampered, audited, report
+from sandbox.proc import runner_arg_parser
 from sandbox.returned import Returned
 from sandbox.tensors import DTYPES
 from sandbox.timing import Timer, thread_count
@@ -282,14 +283,7 @@ class Runner:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--read-fd", type=int, required=True)
-    p.add_argument("--write-fd", type=int, required=True)
-    p.add_argument("--fd-sock", type=int, required=True)
-    p.add_argument("--module", required=True)
-    p.add_argument("--entry", default="launch")
-    p.add_argument("--device", default="cpu")
-    args = p.parse_args()
+    args = runner_arg_parser().parse_args()
     harden.lock_down_runner()  # own uid, no caps, seccomp: before the candidate is imported
     Runner(args).serve()
     sys.stdout.flush()

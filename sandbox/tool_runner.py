@@ -1,10 +1,11 @@
 """The runner, as started under a diagnostics tool (Nsight Compute or compute-sanitizer).
 
 Started as ``TOOL ... python -m sandbox.tool_runner [--profile-calls SKIP:COUNT]
-[--private-args] -- python -m sandbox.runner --read-fd ...``: everything after ``--`` is
-the ordinary runner's command line (built by :class:`sandbox.proc.RunnerHandle`), of which
-the runner's own arguments are parsed here. Two changes to the ordinary runner, both for
-the tool's sake and never on a timed path:
+[--private-args] -- python -m sandbox.runner_boot --read-fd ...``: everything after
+``--`` is the ordinary runner's command line (``sandbox.proc.runner_argv``), read with the
+runner's own parser. The process is locked down exactly as ``sandbox.runner_boot`` does
+(own uid checked, no capability, seccomp) before torch is imported. Two changes to the
+ordinary runner, both for the tool's sake and never on a timed path:
 
 * ``--profile-calls SKIP:COUNT``: the profiler is switched on (``cudaProfilerStart``) only
   around calls SKIP+1 .. SKIP+COUNT, so JIT compilation and autotuning launches of the
@@ -25,12 +26,12 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from sandbox import harden
-from sandbox.runner import Runner
+
+if TYPE_CHECKING:
+    import torch
 
 
 def on_private_copies(fn: Callable[..., Any], args: tuple[torch.Tensor, ...]) -> Any:
@@ -44,39 +45,10 @@ def on_private_copies(fn: Callable[..., Any], args: tuple[torch.Tensor, ...]) ->
             a.copy_(p)
 
 
-class ToolRunner(Runner):
-    def __init__(self, args: argparse.Namespace, profile_calls: tuple[int, int] | None,
-                 private_args: bool) -> None:
-        super().__init__(args)
-        self.profile_calls = profile_calls
-        self.private_args = private_args
-        self.calls = 0
-
-    def load(self) -> dict[str, Any]:
-        reply = super().load()
-        if reply.get("ok") and self.private_args:
-            fn = self.fn
-            self.fn = lambda *a: on_private_copies(fn, a)
-        return reply
-
-    def call(self, msg: dict[str, Any]) -> dict[str, Any]:
-        if msg.get("noop") or self.profile_calls is None:
-            return super().call(msg)
-        self.calls += 1
-        skip, count = self.profile_calls
-        if not skip < self.calls <= skip + count:
-            return super().call(msg)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
-        try:
-            return super().call(msg)
-        finally:
-            torch.cuda.synchronize()
-            torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
-
-
 def parse(argv: list[str]) -> tuple[argparse.Namespace, tuple[int, int] | None, bool]:
     """(runner arguments, profile window, private-args flag) from this module's argv."""
+    from sandbox.proc import RUNNER_ENTRY, runner_arg_parser
+
     if "--" not in argv:
         raise SystemExit("tool_runner: missing '--' before the runner's command line")
     cut = argv.index("--")
@@ -85,25 +57,58 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, tuple[int, int] | None, 
     own.add_argument("--private-args", action="store_true")
     mine = own.parse_args(argv[:cut])
     rest = argv[cut + 1:]
-    if "sandbox.runner" in rest:  # drop "<python> -m sandbox.runner"
-        rest = rest[rest.index("sandbox.runner") + 1:]
-    runner = argparse.ArgumentParser(prog="sandbox.runner")
-    runner.add_argument("--read-fd", type=int, required=True)
-    runner.add_argument("--write-fd", type=int, required=True)
-    runner.add_argument("--module", required=True)
-    runner.add_argument("--entry", default="launch")
-    runner.add_argument("--device", default="cpu")
+    if RUNNER_ENTRY not in rest:
+        raise SystemExit(f"tool_runner: the runner's command line does not start {RUNNER_ENTRY}")
+    rest = rest[rest.index(RUNNER_ENTRY) + 1:]  # drop "<python> -m sandbox.runner_boot"
     window = None
     if mine.profile_calls is not None:
         skip, _, count = str(mine.profile_calls).partition(":")
         window = (int(skip), int(count))
-    return runner.parse_args(rest), window, bool(mine.private_args)
+    return runner_arg_parser().parse_args(rest), window, bool(mine.private_args)
+
+
+def serve(args: argparse.Namespace, window: tuple[int, int] | None, private: bool) -> None:
+    import torch
+
+    from sandbox.runner import Runner
+
+    class ToolRunner(Runner):
+        calls = 0
+
+        def load(self) -> dict[str, Any]:
+            reply = super().load()
+            if reply.get("ok") and private:
+                fn = self.fn
+                self.fn = lambda *a: on_private_copies(fn, a)
+            return reply
+
+        def call(self, msg: dict[str, Any]) -> dict[str, Any]:
+            if msg.get("noop") or window is None:
+                return super().call(msg)
+            self.calls += 1
+            skip, count = window
+            if not skip < self.calls <= skip + count:
+                return super().call(msg)
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()  # type: ignore[no-untyped-call]
+            try:
+                return super().call(msg)
+            finally:
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()  # type: ignore[no-untyped-call]
+
+    ToolRunner(args).serve()
 
 
 def main() -> None:
     args, window, private = parse(sys.argv[1:])
-    harden.make_undumpable()
-    ToolRunner(args, window, private).serve()
+    try:
+        harden.lock_down_runner()  # as sandbox.runner_boot: before torch is imported
+    except harden.LockdownFailed as e:
+        sys.stderr.write(f"kgrader-runner: lockdown failed: {e}\n")
+        sys.stderr.flush()
+        os._exit(harden.LOCKDOWN_EXIT)
+    serve(args, window, private)
     sys.stdout.flush()
     os._exit(0)
 

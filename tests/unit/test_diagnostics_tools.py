@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import torch
 
 from grader.diagnostics import locate
 from grader.errors import UsageError
-from sandbox import profiling, wire
+from sandbox import harden, profiling, wire
 from sandbox.failure import StageFailure
 from sandbox.tool_runner import on_private_copies, parse
 from sandbox.wire import SanitizeWire
@@ -76,17 +77,37 @@ def test_read_capped_refuses_links_and_fifos_and_caps(tmp_path: Path) -> None:
     assert stat.S_ISREG(target.stat().st_mode)
 
 
-def test_tool_runner_reads_its_window_and_the_runner_arguments() -> None:
-    argv = ["--profile-calls", "2:3", "--", "/usr/bin/python3", "-m", "sandbox.runner", "--read-fd", "5",
-            "--write-fd", "6", "--module", "/kg/in/candidate.py", "--entry", "launch", "--device", "cuda"]
+def test_tool_runner_reads_the_command_line_the_judge_really_builds() -> None:
+    from sandbox.proc import runner_argv
+
+    argv = ["--profile-calls", "2:3", "--",
+            *runner_argv(5, 6, 7, "/kg/in/candidate.py", "launch", "cuda")]
     args, window, private = parse(argv)
     assert window == (2, 3) and private is False
-    assert (args.read_fd, args.write_fd, args.module, args.device) == (5, 6, "/kg/in/candidate.py", "cuda")
-    args, window, private = parse(["--private-args", "--", "x", "-m", "sandbox.runner", "--read-fd", "1",
-                                   "--write-fd", "2", "--module", "m.py"])
-    assert window is None and private is True
+    assert (args.read_fd, args.write_fd, args.fd_sock, args.module, args.entry, args.device) == (
+        5, 6, 7, "/kg/in/candidate.py", "launch", "cuda")
+    args, window, private = parse(["--private-args", "--", *runner_argv(1, 2, 3, "m.py", "run", "cpu")])
+    assert window is None and private is True and args.entry == "run"
     with pytest.raises(SystemExit):
         parse(["--private-args"])
+    with pytest.raises(SystemExit):  # not the runner's entry point: refused, not guessed
+        parse(["--", sys.executable, "-m", "sandbox.other", "--read-fd", "1"])
+
+
+def test_tool_runner_locks_down_before_it_imports_torch() -> None:
+    """Under a tool the runner is as confined as ever: lockdown fails closed (this test
+    process is not a runner: wrong uid) and exits before torch is imported."""
+    from sandbox.proc import runner_argv
+
+    r = subprocess.run([sys.executable, "-m", "sandbox.tool_runner", "--private-args", "--",
+                        *runner_argv(0, 1, 2, "m.py", "launch", "cpu")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == harden.LOCKDOWN_EXIT, r.stderr
+    imported = subprocess.run([sys.executable, "-c", "import sys, sandbox.tool_runner; "
+                               "print('torch' in sys.modules)"], capture_output=True, text=True,
+                              timeout=60)
+    assert imported.stdout.strip() == "False", imported.stderr
+    assert "lockdown failed" in r.stderr
 
 
 def test_private_copies_are_distinct_and_copied_back() -> None:
