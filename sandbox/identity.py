@@ -81,6 +81,21 @@ def _as_fs_identity(uid: int, gid: int) -> Iterator[None]:
         libc.setfsgid(old_gid)
 
 
+@contextlib.contextmanager
+def as_file_owner(path: str) -> Iterator[None]:
+    """Open or unlink ``path`` (not following a final link) with the file system identity
+    of the runner that owns it -- a diagnostics tool's log, written under the runner's uid
+    and mode 0600 (runner umask) -- so that the judge reads what that runner could read
+    and nothing more. A file of any other owner is opened as the judge itself.
+    """
+    st = os.lstat(path)
+    if st.st_uid in _owners and st.st_uid != os.geteuid():
+        with _as_fs_identity(st.st_uid, st.st_uid):
+            yield
+    else:
+        yield
+
+
 def _private_dir(uid: int, gid: int) -> str:
     """A fresh 0700 folder owned by the runner, at an unguessable name (no squatting)."""
     home = os.path.join(tempfile.gettempdir(), f"kgrader-runner-{uid}-{secrets.token_hex(8)}")
@@ -285,7 +300,21 @@ def verify_runner() -> None:
         raise IsolationUnavailable(f"runner HOME {home!r} is not a 0700 folder of uid {uids[0]}")
 
 
-__all__ = ["ExtraProcess", "IsolationUnavailable", "RunnerIdentity", "check_runner_processes",
-           "describe", "extra_runner_processes", "kill_all", "launch_enforcement", "launch_status",
-           "launch_warnings", "new_runner_identity", "prepare_fork", "require_spawn_caps",
-           "spawn_cwd", "verify_runner"]
+__all__ = [
+    "ExtraProcess",
+    "IsolationUnavailable",
+    "RunnerIdentity",
+    "as_file_owner",
+    "check_runner_processes",
+    "describe",
+    "extra_runner_processes",
+    "kill_all",
+    "launch_enforcement",
+    "launch_status",
+    "launch_warnings",
+    "new_runner_identity",
+    "prepare_fork",
+    "require_spawn_caps",
+    "spawn_cwd",
+    "verify_runner",
+]

@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-from sandbox import protocol
+from sandbox import identity, protocol
 from sandbox.counters import ncu_refusal, parse_ncu_log, parse_sanitizer_log
 from sandbox.evaluation import Evaluation
 from sandbox.failure import StageFailure, infrastructure
@@ -92,10 +92,17 @@ def tool_version(path: str) -> str | None:
 
 
 def read_capped(path: str, cap: int = MAX_LOG_BYTES) -> tuple[str, bool]:
-    """(text, truncated) of a file a runner could have planted: no links, regular files only."""
+    """(text, truncated) of a file a runner could have planted: no links, regular files only.
+
+    The tool ran under the runner's uid, so its log is the runner's (mode 0600): it is
+    opened and removed with that runner's file system identity (``identity.as_file_owner``).
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        with identity.as_file_owner(path):
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    except (OSError, identity.IsolationUnavailable):
         return "", False
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -103,8 +110,6 @@ def read_capped(path: str, cap: int = MAX_LOG_BYTES) -> tuple[str, bool]:
         data = os.read(fd, cap + 1)
     finally:
         os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(path)
     return data[:cap].decode("utf-8", "replace"), len(data) > cap
 
 
@@ -245,6 +250,13 @@ def sanitized_correctness(ev: Evaluation, plain: Side) -> None:
     the candidate's) whatever the values were. Where the tool cannot run (CPU, not
     installed, refused by the runtime), the ordinary correctness stage runs on ``plain``,
     with a warning and the reason recorded: never an error.
+
+    memcheck checks every shape and seed (a tail is where an access goes out of bounds).
+    racecheck tracks every shared-memory access of every block on the host, which on a
+    large shape outgrows the sandbox's memory (seen on an H200: a 4096x4096 transpose was
+    killed at 8 GiB after 120 s): it checks one call, on the smallest shape of the task
+    (races are per block, and that shape has partial tiles too), then the ordinary
+    correctness stage decides the values on ``plain``.
     """
     req = ev.req.sanitize
     assert req is not None
@@ -277,7 +289,10 @@ def _sanitize(ev: Evaluation, plain: Side, tool: str, hint: str | None, rec: dic
         err = e
     if side is not None:
         try:
-            correctness_stage(ev, side)
+            if tool == "racecheck":
+                _one_small_call(ev, side)
+            else:
+                correctness_stage(ev, side)
         except StageFailure as e:
             err = e
         finally:
@@ -300,7 +315,21 @@ def _sanitize(ev: Evaluation, plain: Side, tool: str, hint: str | None, rec: dic
     if not parsed["completed"]:
         rec["unmeasured"] = "compute-sanitizer wrote no summary: the check may be incomplete"
         ev.warnings.append(f"sanitize: {rec['unmeasured']}")
+    if tool == "racecheck":
+        ev.correctness.clear()
+        correctness_stage(ev, plain)
     return None
+
+
+def _one_small_call(ev: Evaluation, side: Side) -> None:
+    """One checked call on the task's smallest shape (by bytes), first seed."""
+    shapes = [*ev.task.tune, *ev.task.hidden]
+    dims = min(shapes, key=lambda d: sum(s.nbytes for s in ev.slots(d)))
+    slots = ev.slots(dims)
+    inputs = ev.inputs(slots, ev.task.correctness.seeds[0])
+    ev.call(side, slots, inputs, stage="correctness", deadline=ev.run_deadline,
+            expected=ev.reference(slots, inputs),
+            where={"dims": dict(dims), "phase": "racecheck"})
 
 
 def _fallback(ev: Evaluation, plain: Side, rec: dict[str, Any], why: str) -> None:
