@@ -14,10 +14,14 @@ def compile_stage(ev: Evaluation) -> Side:
     assert ev.req.candidate is not None
     cand = ev.open_side(ev.req.candidate, "compile")
     first = ev.task.tune[0]
+    t = time.monotonic()
     slots = ev.slots(first)
     inputs = ev.inputs(slots, ev.task.correctness.seeds[0])
+    ev.phase("compile_inputs", t)
+    t = time.monotonic()
     ev.call(cand, slots, inputs, stage="compile", deadline=ev.compile_deadline, expected=None,
             where={"dims": dict(first), "phase": "compile"})
+    ev.phase("compile_first_call", t)  # JIT compilation and autotuning happen here
     ev.compile_s = round(time.monotonic() - ev.t0, 3)
     ev.start_run_clock()
     return cand

@@ -123,6 +123,7 @@ class Evaluation:
         """Start a runner for ``path`` and load the module (the compile stage's work).
 
         ``buffers`` (CUDA): this side's own buffer, then the ones it trades with."""
+        t_open = time.monotonic()
         try:
             side = Side(path, self.task.entrypoint, self.dev, self.nbytes, self.task.benchmark,
                         self.gpu_fraction(), self.left(self.compile_deadline),
@@ -139,11 +140,14 @@ class Evaluation:
         self._runners += 1
         for key, v in side.startup.items():
             self.phases[f"runner{self._runners}_{key}"] = round(v, 4)
+        self.phase(f"runner{self._runners}_handover", t_open)  # waiting for it + its buffers
+        t_load = time.monotonic()
         try:
             reply = side.runner.request({"op": "load"}, self.left(self.compile_deadline),
                                         "compile_timeout")
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
+        self.phase(f"runner{self._runners}_load", t_load)  # importing the module
         side.base_threads = int(reply.get("threads", -1))
         return side
 

@@ -158,7 +158,10 @@ class SandboxInfo(_Model):
         default_factory=dict,
         description="Seconds per phase: scan, sandbox_setup (launch to judge start), "
                     "judge_ready (judge start to torch imported and reference loaded), "
-                    "runnerN_ready / _import / _setup per runner started, compile, correctness, "
+                    "runnerN_ready / _import / _setup per runner started, runnerN_handover (the "
+                    "judge waiting for it and handing over buffers) and _load (importing the "
+                    "module), compile (compile_inputs, compile_first_call: JIT and autotuning), "
+                    "correctness, "
                     "benchmark, accept, teardown (judge's record to sandbox gone), total.")
 
 
