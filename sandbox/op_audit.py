@@ -69,14 +69,53 @@ def audited(call: Callable[[], Any]) -> tuple[Callable[[], Any], OpAudit]:
 
     def run() -> Any:
         depth = len(_get_current_dispatch_mode_stack())
-        with audit:
-            out = call()
-            if len(_get_current_dispatch_mode_stack()) != depth + 1 or \
-                    _get_current_dispatch_mode_stack()[-1] is not audit:
-                raise AuditTampered("the launch changed the torch dispatch-mode stack")
+        tampered = False
+        try:
+            with audit:
+                out = call()
+                stack = _get_current_dispatch_mode_stack()
+                tampered = len(stack) != depth + 1 or stack[-1] is not audit
+                if tampered:
+                    raise AuditTampered("the launch changed the torch dispatch-mode stack")
+        except RuntimeError:
+            if tampered:  # leaving the mode on a stack the launch emptied raises torch's own
+                raise AuditTampered("the launch changed the torch dispatch-mode stack") from None
+            raise
         return out
 
     return run, audit
+
+
+def _skip_dynamo_import() -> None:
+    """Spare the first audited launch an import of ``torch._dynamo`` (seen: 1.0-1.6 s here,
+    several seconds on a GPU host, every evaluation).
+
+    torch wraps every ``__torch_dispatch__`` in ``torch._disable_dynamo``, which imports
+    dynamo (and sympy) on the first dispatch just to mark the method "not traced". Marking
+    is moot while dynamo is not imported: nothing can be compiling then. The wrapper's
+    cached marker is set to a function that calls the method directly, or, once anything
+    has imported dynamo (a candidate using ``torch.compile``), dynamo's own ``disable``.
+    Where torch's internals differ, nothing is set and the import happens as before.
+    """
+    import sys
+
+    raw = getattr(OpAudit.__dict__.get("__torch_dispatch__"), "__wrapped__", None)
+    if raw is None or not callable(raw):
+        return
+    disabled: list[Callable[..., Any]] = []
+
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is None:
+            return raw(*args, **kwargs)
+        if not disabled:
+            disabled.append(dynamo.disable(raw, recursive=True))
+        return disabled[0](*args, **kwargs)
+
+    raw.__dynamo_disable = dispatch
+
+
+_skip_dynamo_import()
 
 
 class AuditTampered(RuntimeError):
