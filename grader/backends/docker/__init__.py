@@ -8,9 +8,26 @@
 * :mod:`.backend` -- :class:`DockerBackend`, the launch as a flat list of steps.
 """
 
-from grader.backends.docker.backend import DockerBackend
-from grader.backends.docker.config import LABEL, LABEL_OWNER, LABEL_RUN, container_kwargs
-from grader.backends.docker.images import build_command, default_image
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grader.backends.docker.backend import DockerBackend
+    from grader.backends.docker.config import LABEL, LABEL_OWNER, LABEL_RUN, container_kwargs
+    from grader.backends.docker.images import build_command, default_image
+
+_HOME = {"DockerBackend": "backend", "LABEL": "config", "LABEL_OWNER": "config",
+         "LABEL_RUN": "config", "container_kwargs": "config", "build_command": "images",
+         "default_image": "images"}
+
+
+def __getattr__(name: str) -> Any:
+    """Names on first use: the docker SDK (imported by ``.config``) costs every CLI start
+    ~0.1 s otherwise, also where no container is ever made."""
+    if name in _HOME:
+        return getattr(import_module(f"grader.backends.docker.{_HOME[name]}"), name)
+    raise AttributeError(name)
+
 
 __all__ = [
     "LABEL",

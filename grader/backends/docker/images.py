@@ -26,13 +26,14 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import docker
-import docker.errors
 import structlog
 
 from grader.errors import ImageMissingError, InfrastructureError, UsageError
+
+if TYPE_CHECKING:  # the SDK is imported where it is used: every CLI start would pay for it
+    import docker
 
 Flavor = Literal["cuda", "rocm", "cpu"]
 FLAVORS: tuple[Flavor, ...] = ("cuda", "rocm", "cpu")
@@ -207,6 +208,8 @@ def connect() -> docker.DockerClient:
 
 
 def _local_image_id(client: docker.DockerClient, name: str) -> str | None:
+    import docker.errors
+
     try:
         return str(client.images.get(name).id)
     except docker.errors.ImageNotFound:
@@ -214,6 +217,8 @@ def _local_image_id(client: docker.DockerClient, name: str) -> str | None:
 
 
 def _existing_hash(client: docker.DockerClient, tag: str) -> str | None:
+    import docker.errors
+
     try:
         labels = client.images.get(tag).labels or {}
     except docker.errors.ImageNotFound:
@@ -279,6 +284,8 @@ def build_image(
 
 def _remove_quietly(client: docker.DockerClient, image_id: str) -> None:
     """Drop the image a rebuild replaced, unless something (a container, a tag) uses it."""
+    import docker.errors
+
     try:
         client.images.remove(image_id)
         log.info("image.previous.removed", image_id=image_id[:19])
@@ -300,6 +307,8 @@ def _run_build(
     digest: str,
     progress: Callable[[str], None],
 ) -> str:
+    import docker.errors
+
     image_id = ""
     try:
         for chunk in _stream_build(client, context, req, digest):
