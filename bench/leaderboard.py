@@ -1,23 +1,29 @@
 """Leaderboard throughput: evaluations per minute against the number of workers.
 
 Usage: python bench/leaderboard.py [--submissions 50] [--workers 1 2] [--quick]
+[--device cpu|cuda] [--kinds good slow wrong] [--json OUT]
 
-Generates N submissions into a temp folder, each entering vector_add_small, softmax and
-matmul with the examples' good / slow / wrong candidate (cycled, and made unique by a
-comment so that none is a duplicate), then runs the local engine (CPU, bwrap) once per
-worker count on a fresh state with --top-k 0 (the main round only). Reports, per worker
-count: wall time, evaluations per minute, and the median wall time of one evaluation by
-verdict; the "fixed cost" is the median wall of a ``wrong`` evaluation (sandbox start,
-compile, first check, no timing). ``--quick`` = 6 submissions.
+Generates N submissions into a temp folder, each entering three example tasks
+(vector_add_small, softmax, matmul on the CPU; vector_add, softmax, matmul on CUDA) with
+the examples' candidates of ``--kinds`` (cycled, and made unique by a comment so that none
+is a duplicate), then runs the local engine (bwrap; on CUDA one worker per GPU, each
+sandbox pinned to its GPU) once per worker count on a fresh state with --top-k 0 (the main
+round only). Reports, per worker count: wall time, evaluations per minute, the median wall
+time of one evaluation by verdict, the honest (good/slow) evaluations any check rejected,
+and, on CUDA, which GPU each evaluation's judge saw (uuid, visible device count, device
+nodes) -- the proof that each sandbox saw only its own GPU. ``--json`` writes every row.
+``--quick`` = 6 submissions.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -28,40 +34,65 @@ from grader.leaderboard.runner import RunConfig, run_leaderboard
 from grader.leaderboard.state import State
 
 ROOT = Path(__file__).resolve().parent.parent
-TASKS = ("vector_add_small", "softmax", "matmul")
+TASKS = {"cpu": ("vector_add_small", "softmax", "matmul"), "cuda": ("vector_add", "softmax", "matmul")}
 KINDS = ("good", "slow", "wrong")
 
 
-def make_submissions(root: Path, n: int) -> Path:
+def make_submissions(root: Path, n: int, tasks: tuple[str, ...], kinds: tuple[str, ...]) -> dict[str, str]:
+    """Write the submissions; return {"<submission>/<task>": kind}."""
+    made: dict[str, str] = {}
     for i in range(n):
         folder = root / f"sub{i:03d}"
         folder.mkdir(parents=True)
-        for j, task in enumerate(TASKS):
-            kind = KINDS[(i + j) % len(KINDS)]
+        for j, task in enumerate(tasks):
+            kind = kinds[(i + j) % len(kinds)]
             src = (ROOT / "examples" / task / "candidates" / f"{kind}.py").read_text()
             (folder / f"{task}.py").write_text(f"{src}\n# bench submission {i} ({kind})\n")
-    return root
+            made[f"{folder.name}/{task}"] = kind
+    return made
 
 
-def one(subs: Path, workers: int, work: Path) -> dict[str, float]:
+def _seen(report_json: str | None) -> dict[str, object]:
+    try:
+        env = json.loads(report_json or "{}").get("environment") or {}
+    except ValueError:
+        return {}
+    return {k: env.get(k) for k in ("device_uuid", "visible_devices", "device_nodes")}
+
+
+def one(subs: Path, kinds: dict[str, str], workers: int, work: Path, device: str,
+        tasks: tuple[str, ...]) -> tuple[dict[str, object], list[dict[str, object]]]:
     state = work / f"state-{workers}.sqlite"
-    cfg = RunConfig(tasks=[ROOT / "examples" / t for t in TASKS], submissions=subs, state=state,
-                    workers=workers, backend="bwrap", device="cpu", top_k=0)
+    cfg = RunConfig(tasks=[ROOT / "examples" / t for t in tasks], submissions=subs, state=state,
+                    workers=workers, backend="bwrap", device=device, top_k=0)
     t0 = time.monotonic()
     summary = run_leaderboard(cfg, Progress(enabled=False))
     wall = time.monotonic() - t0
     with State.open(state, create=False) as st:
         rows = [r for r in st.evaluations() if r.round == "main"]
     by: dict[str, list[float]] = {}
+    detail = []
     for r in rows:
         kind = "wrong" if r.code == "wrong_values" else r.verdict
         by.setdefault(kind, []).append(r.wall_s)
-    out = {"workers": workers, "evaluations": len(rows), "wall_s": wall,
-           "per_min": 60 * len(rows) / wall, "infra_errors": len(summary.infra_errors)}
+        detail.append({"submission": r.submission, "task": r.task, "kind": kinds.get(f"{r.submission}/{r.task}"),
+                       "verdict": r.verdict, "stage": r.stage, "code": r.code, "message": r.message[:300],
+                       "wall_s": r.wall_s, "speedup": r.speedup, **_seen(r.report_json)})
+    honest = [d for d in detail if d["kind"] in ("good", "slow")]
+    rejected = [d for d in honest if d["verdict"] != "ok"]
+    out: dict[str, object] = {
+        "workers": workers, "evaluations": len(rows), "wall_s": wall,
+        "per_min": 60 * len(rows) / wall, "infra_errors": len(summary.infra_errors),
+        "honest": len(honest), "honest_rejected": len(rejected),
+        "honest_rejections": [(d["submission"], d["task"], d["code"], d["message"][:160]) for d in rejected]}
+    if device == "cuda":
+        out["gpus_seen"] = sorted({str(d.get("device_uuid")) for d in detail})
+        out["visible_devices_seen"] = sorted({str(d.get("visible_devices")) for d in detail})
+        out["device_nodes_seen"] = sorted({str(d.get("device_nodes")) for d in detail})
     for k, v in sorted(by.items()):
         out[f"median_wall_{k}_s"] = statistics.median(v)
         out[f"n_{k}"] = len(v)
-    return out
+    return out, detail
 
 
 def main() -> None:
@@ -69,19 +100,28 @@ def main() -> None:
     ap.add_argument("--submissions", type=int, default=50)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--quick", action="store_true", help="6 submissions")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    ap.add_argument("--json", type=Path, default=None, help="write summary and every row here")
     a = ap.parse_args()
     n = 6 if a.quick else a.submissions
+    tasks = TASKS[a.device]
     os.environ.setdefault("KGRADER_LEADERBOARD_SECRET", "bench-secret-0123456789")
     print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()},"
           f" {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; {n} submissions x "
-          f"{len(TASKS)} tasks (+{len(TASKS)} reference checks, not counted)")
+          f"{len(tasks)} tasks (+{len(tasks)} reference checks, not counted)")
     work = Path(tempfile.mkdtemp(prefix="kgrader-lb-bench-"))
     try:
-        subs = make_submissions(work / "subs", n)
+        kinds = make_submissions(work / "subs", n, tasks, tuple(a.kinds))
+        results = []
         for w in a.workers:
-            r = one(subs, w, work)
+            r, detail = one(work / "subs", kinds, w, work, a.device, tasks)
+            results.append({"summary": r, "rows": detail})
             print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in r.items()), flush=True)
+            if a.json:
+                a.json.write_text(json.dumps({"argv": sys.argv, "device": a.device, "tasks": tasks,
+                                              "submissions": n, "results": results}, indent=1))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

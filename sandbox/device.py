@@ -23,7 +23,11 @@ def device_environment(device: str) -> dict[str, Any]:
         p = torch.cuda.get_device_properties(0)
         env.update({"device_name": p.name, "cuda": torch.version.cuda, "sm": f"{p.major}.{p.minor}",
                     "memory_gib": round(p.total_memory / 2**30, 1),
-                    "device_uuid": str(getattr(p, "uuid", "")), "driver": _driver_version()})
+                    "device_uuid": str(getattr(p, "uuid", "")), "driver": _driver_version(),
+                    # what the sandbox can see: one GPU, and no other GPU's device node
+                    "visible_devices": torch.cuda.device_count(),
+                    "device_nodes": sorted(n for n in os.listdir("/dev")
+                                           if n.startswith("nvidia") and n[6:].isdigit())})
     else:
         env.update({"device_name": platform.processor() or platform.machine(),
                     "cpu_count": os.cpu_count(),

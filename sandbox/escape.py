@@ -20,9 +20,11 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
 
     * the judge's own clock: honest calls satisfy ``judge = overhead + ms``, so
       ``median(judge - ms) - median(noop overhead)`` is near zero, plus the host's launch
-      cost on GPUs (hidden behind the cold-cache flush), hence a 0.1 ms floor there. It
-      catches a tampered clock whatever the device; on the CPU, where the judge's clock is
-      the time itself, its budget is half the judge-measured call.
+      cost on GPUs (hidden behind the cold-cache flush), hence a 0.08 ms floor there. It
+      catches a tampered clock whatever the device. On the CPU the judge's clock is the
+      time itself, so a runner that lies gains nothing; the check stays as evidence of
+      tampering and fires only on a gross lie: the runner claims under a tenth of what
+      the judge measured (budget 90% of the call, at least 2 ms).
     * on CUDA, the device's idle tail: time from the end event to a marker recorded once
       the device is idle; anything left running past the end event lengthens it, with no
       launch cost in it, so its budget can be a few microseconds.
@@ -30,9 +32,11 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
     med_ms = _median(ms)
     if device == "cpu":
         # On the CPU the judge's clock decides the time itself; this is only a cross-check
-        # of the runner's claim, so its budget scales with what the judge measured and is
-        # wide enough that host load (two evaluations on two cores) never trips it.
-        budget = max(2.0, 0.5 * (_median(judge_ms) - _median(noop_overhead)))
+        # of the runner's claim. At half the call it fired on honest code under load (a
+        # leaderboard run beside the test suite, two cores: 2.79 ms hidden of a <4 ms call,
+        # the runner descheduled between its clock and its reply); a tampered clock (the
+        # runtime attack slows it 100x) hides 99%.
+        budget = max(2.0, 0.9 * (_median(judge_ms) - _median(noop_overhead)))
     else:
         # Empty calls take the real call's path, so honest calls measured -0.022..+0.011 ms
         # here on an H200 (12 evaluations, docs/BENCHMARKS.md; 0.10 ms before empty calls

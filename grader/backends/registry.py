@@ -23,7 +23,7 @@ B = TypeVar("B", bound="type[SandboxBackend]")
 # Name -> module that registers it on import. The order is the order `auto` tries them in:
 # docker (production) when its daemon and image are ready, else the embedded bwrap.
 _BUILTIN: dict[str, str] = {
-    "docker": "grader.backends.docker",
+    "docker": "grader.backends.docker.backend",
     "bwrap": "grader.backends.bwrap",
 }
 _REGISTRY: dict[str, type[SandboxBackend]] = {}

@@ -20,6 +20,15 @@ def test_honest_cpu_calls_under_load_are_not_flagged() -> None:
     assert not out["escaped"], out
 
 
+def test_honest_short_cpu_calls_descheduled_before_the_reply_are_not_flagged() -> None:
+    """Seen under load: 2.79 ms of a <4 ms call outside the runner's clock; the judge's
+    clock decides the time on the CPU, so only a gross lie is flagged."""
+    ms = [1.0] * 50
+    judge = [1.0 + 0.3 + 2.79] * 50  # the empty call's 0.3 ms, then 2.79 ms descheduled
+    out = escaped_time(ms, judge, [0.3] * 50, "cpu")
+    assert not out["escaped"] and out["hidden_ms"] > 2.7, out
+
+
 def test_a_clock_slowed_a_hundredfold_is_flagged() -> None:
     rng = random.Random(2)
     true = _noisy(40.0, 50, rng, 5.0)
