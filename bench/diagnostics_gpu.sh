@@ -5,6 +5,7 @@
 #   diagnostics_gpu.json  one entry per run: command, exit code, expectation, verdict,
 #                         the full JSON the command printed
 #   diagnostics_gpu.log   stderr of every run
+# KG_GPU=ID pins every run to one GPU (--gpu ID). ONLY=REGEX runs the named subset.
 # Needs what bench/gpu_smoke.sh needs (bench/gpu_env.sh: carried wheels and bwrap), plus
 # ncu and compute-sanitizer on the host (CUDA toolkit) and ninja for the inline-CUDA
 # transposes: the sandbox's PATH is /usr/local/bin:/usr/bin:/bin, so a ninja that lives
@@ -31,7 +32,8 @@ one() {
   [[ -n "${ONLY:-}" && ! $name =~ $ONLY ]] && return 0  # ONLY=REGEX runs a subset
   local t0=$SECONDS out rc
   echo "=== $name: kgrader $*" >> "$LOG"
-  out=$(timeout 900 python3 -m grader.cli "$@" --backend "$BACKEND" --device cuda --json 2>> "$LOG"); rc=$?
+  out=$(timeout 900 python3 -m grader.cli "$@" --backend "$BACKEND" --device cuda ${KG_GPU:+--gpu "$KG_GPU"} \
+        --json 2>> "$LOG"); rc=$?
   NAME="$name" EXPECT="$expect" RC="$rc" WALL=$((SECONDS - t0)) CMD="$*" OUTPUT="$out" python3 - >> "$RES" <<'PY'
 import json, os
 rc = int(os.environ["RC"])

@@ -276,7 +276,7 @@ def _phases(judge: dict[str, float], launched: float, ended: float, scan_s: floa
 
 
 def run_judge_mode(request: wire.JudgeRequest, files: dict[str, str], *, backend: str = "auto",
-                   limits: Limits | None = None) -> wire.Record:
+                   limits: Limits | None = None, gpu_ids: tuple[str, ...] = ()) -> wire.Record:
     """Run the judge in a special mode (``measure_peak``, ``calibrate``) and verify its record.
 
     ``request`` carries no key yet (a fresh one is made here); ``files`` land read-only in
@@ -294,7 +294,8 @@ def run_judge_mode(request: wire.JudgeRequest, files: dict[str, str], *, backend
                                                "limits": limits_wire(lim)}))
     try:
         outcome = be.run(SandboxSpec(in_dir=in_dir, out_dir=out_dir, argv=JUDGE_ARGV, limits=lim,
-                                     device=request.device, label=uuid.uuid4().hex[:12]))
+                                     device=request.device, gpu_ids=gpu_ids,
+                                     label=uuid.uuid4().hex[:12]))
         try:
             return read_result(out_dir / wire.RESULT_NAME, key, lim.result_bytes)
         except ResultProblem as p:

@@ -76,8 +76,9 @@ def _render(result: Any, console: Console) -> None:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--policy", help="Policy name or path (default: the task's).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout.")
+@click.option("--gpu", "gpus", multiple=True, help="GPU id or UUID to expose (repeatable).")
 def profile_cmd(args: tuple[str, ...], workspace: Path | None, backend: str, device: str,
-                policy: str | None, as_json: bool) -> None:
+                policy: str | None, as_json: bool, gpus: tuple[str, ...]) -> None:
     """Hardware counters per kernel (Nsight Compute, in the sandbox) and advice.
 
     TASK CANDIDATE: a separate, untimed sandbox run. With --workspace: the profile_kernel
@@ -92,7 +93,8 @@ def profile_cmd(args: tuple[str, ...], workspace: Path | None, backend: str, dev
         from grader.diagnostics.run import ProfileRequest, profile
 
         result = profile(ProfileRequest(task_dir=Path(args[0]), candidate=Path(args[1]),
-                                        backend=backend, device=device, policy=policy))
+                                        backend=backend, device=device, policy=policy,
+                                        gpu_ids=gpus))
     except KgraderError as e:
         fail(e)
     if as_json:

@@ -66,6 +66,7 @@ class ProfileRequest:
     peaks: Mapping[str, Any] | None = None  # None: the calibration cache, if it has an entry
     roofline_fraction: float | None = None  # from a verified benchmark (the agent tool)
     bound: Literal["memory", "compute"] | None = None
+    gpu_ids: tuple[str, ...] = ()  # the GPUs the sandbox sees (default: the backend's rule)
 
 
 def profile_request(spec: TaskSpec, reference: str, device: str) -> wire.JudgeRequest:
@@ -109,7 +110,7 @@ def profile(req: ProfileRequest) -> ProfileResult:
             diagnostics=Diagnostics(unmeasured={"kernels": "not measured: the scan denied the candidate"}))
     t0 = time.monotonic()
     rec = run_judge_mode(profile_request(spec, reference, device), {wire.CANDIDATE_NAME: src},
-                         backend=req.backend, limits=limits)
+                         backend=req.backend, limits=limits, gpu_ids=req.gpu_ids)
     wall = time.monotonic() - t0
     peaks = req.peaks if req.peaks is not None else cached_peaks(req.backend, device)
     diag = build_diagnostics(rec.diagnostics, spec=spec, peaks=peaks,
