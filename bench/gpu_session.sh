@@ -45,37 +45,47 @@ PY
   tail -1 "$R/runs.jsonl" | cut -c1-220
 }
 
-stream_main() {  # GPU 0
-  for i in 1 2 3; do run "cold_vector_add_$i" 0 examples/vector_add examples/vector_add/candidates/good.py; done
-  run cold_softmax 0 examples/softmax examples/softmax/candidates/good.py
-  run cold_matmul 0 examples/matmul examples/matmul/candidates/good.py
-  for a in unmasked_tail_store torch_fallback_in_except side_stream background_thread \
-           lazy_output kill_judge ptrace_judge timer_patch; do
-    run "attack_$a" 0 examples/vector_add "tests/attacks/runtime/$a.py" --policy "$RT"
-  done
-  run attack_sigstop_in_accept 0 examples/vector_add tests/attacks/runtime/sigstop_other_runner.py \
-      --current examples/vector_add/candidates/good.py --policy "$RT"
-  run accept_good_vs_slow 0 examples/vector_add examples/vector_add/candidates/good.py \
-      --current examples/vector_add/candidates/slow.py
-  run accept_good_vs_good 0 examples/vector_add examples/vector_add/candidates/good.py \
-      --current examples/vector_add/candidates/good.py
-  local F=/tmp/kg-field; rm -rf "$F"
-  { python3 -m grader.cli task import kernelbench examples/field/kernelbench/problems/1_ReLU.py \
-        examples/field/kernelbench/problems/4_LayerNorm.py --out "$F" --backend bwrap --device "$DEV"
-    echo "kernelbench import rc=$?"
-    python3 -m grader.cli task import gpumode examples/field/gpumode/vectoradd \
-        examples/field/gpumode/rmsnorm --out "$F" --policy triton-only --backend bwrap --device "$DEV"
-    echo "gpumode import rc=$?"; ls "$F"; } > "$R/field.log" 2>&1
+stream_main() {  # GPU 0; MAIN_PARTS picks the parts (default: all four)
+  local parts=" ${MAIN_PARTS:-cold attacks accept field} "
+  if [[ $parts == *" cold "* ]]; then
+    for i in 1 2 3; do run "cold_vector_add_$i" 0 examples/vector_add examples/vector_add/candidates/good.py; done
+    run cold_softmax 0 examples/softmax examples/softmax/candidates/good.py
+    run cold_matmul 0 examples/matmul examples/matmul/candidates/good.py
+  fi
+  if [[ $parts == *" attacks "* ]]; then
+    for a in unmasked_tail_store torch_fallback_in_except side_stream background_thread \
+             lazy_output kill_judge ptrace_judge timer_patch; do
+      run "attack_$a" 0 examples/vector_add "tests/attacks/runtime/$a.py" --policy "$RT"
+    done
+    run attack_sigstop_in_accept 0 examples/vector_add tests/attacks/runtime/sigstop_other_runner.py \
+        --current examples/vector_add/candidates/good.py --policy "$RT"
+  fi
+  if [[ $parts == *" accept "* ]]; then
+    run accept_good_vs_slow 0 examples/vector_add examples/vector_add/candidates/good.py \
+        --current examples/vector_add/candidates/slow.py
+    run accept_good_vs_good 0 examples/vector_add examples/vector_add/candidates/good.py \
+        --current examples/vector_add/candidates/good.py
+  fi
+  [[ $parts == *" field "* ]] || return 0
+  local F=/tmp/kg-field KB=examples/field/kernelbench GM=examples/field/gpumode; rm -rf "$F"
+  { for p in 1_ReLU 4_LayerNorm; do
+      python3 -m grader.cli task import kernelbench "$KB/problems/$p.py" --out "$F" --backend bwrap \
+          --device "$DEV"; echo "kernelbench $p import rc=$?"
+    done
+    for p in vectoradd rmsnorm; do
+      python3 -m grader.cli task import gpumode "$GM/$p" --out "$F" --policy triton-only \
+          --backend bwrap --device "$DEV"; echo "gpumode $p import rc=$?"
+    done; ls "$F"; } > "$R/field.log" 2>&1
   for c in good wrong cheat; do
-    run "kb_relu_$c" 0 "$F/kb_1_relu" "examples/field/kernelbench/submissions/1_ReLU/$c.py"
-    run "kb_layernorm_$c" 0 "$F/kb_4_layernorm" "examples/field/kernelbench/submissions/4_LayerNorm/$c.py"
-    run "gm_vectoradd_$c" 0 "$F/gm_vectoradd" "examples/field/gpumode/vectoradd/submissions/$c.py"
-    run "gm_rmsnorm_$c" 0 "$F/gm_rmsnorm" "examples/field/gpumode/rmsnorm/submissions/$c.py"
+    run "kb_relu_$c" 0 "$F/kb_1_relu" "$KB/submissions/1_ReLU/$c.py"
+    run "kb_layernorm_$c" 0 "$F/kb_4_layernorm" "$KB/submissions/4_LayerNorm/$c.py"
+    run "gm_vectoradd_$c" 0 "$F/gm_vectoradd" "$GM/vectoradd/submissions/$c.py"
+    run "gm_rmsnorm_$c" 0 "$F/gm_rmsnorm" "$GM/rmsnorm/submissions/$c.py"
   done
 }
 
 stream_diag() {  # GPU 1
-  OUT="$R" KG_GPU=1 ONLY="${DIAG_ONLY:-profile_scale_good|profile_scale_low_occupancy|profile_transpose_naive|run_load_plain|run_load_memcheck|run_tail_memcheck|run_transpose_race|run_scale_good_memcheck}" \
+  OUT="$R" KG_GPU=1 ONLY="${DIAG_ONLY:-profile_scale_good|profile_scale_low_occupancy|profile_transpose_naive|run_load_plain|run_load_memcheck|run_tail_memcheck|run_transpose_race}" \
     bash bench/diagnostics_gpu.sh
 }
 

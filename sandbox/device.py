@@ -20,7 +20,11 @@ def device_environment(device: str) -> dict[str, Any]:
     except Exception as e:
         env["triton"] = f"unavailable: {type(e).__name__}"
     if device == "cuda":
-        p = torch.cuda.get_device_properties(0)
+        try:
+            p = torch.cuda.get_device_properties(0)
+        except Exception as e:  # the record must still be written: say what failed
+            env["device_error"] = f"{type(e).__name__}: {e}"[:300]
+            return env
         env.update({"device_name": p.name, "cuda": torch.version.cuda, "sm": f"{p.major}.{p.minor}",
                     "memory_gib": round(p.total_memory / 2**30, 1),
                     "device_uuid": str(getattr(p, "uuid", "")), "driver": _driver_version(),

@@ -56,6 +56,7 @@ from grader.backends.enforcement import (
 from grader.backends.gpu import (
     DEVICE_GIDS_ENV,
     GpuSelection,
+    cuda_visible_devices,
     device_gids,
     device_nodes,
     resolve_gpu_ids,
@@ -212,7 +213,7 @@ class BwrapBackend(SandboxBackend):
                 if key in os.environ:
                     env.setdefault(key, os.environ[key])
         if spec.device == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu.ids)
+            env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(gpu)
             libcuda = _libcuda_dir()
             if libcuda and "TRITON_LIBCUDA_PATH" not in env:
                 # Triton finds libcuda with `ldconfig -p`, which cannot run as an

@@ -121,10 +121,10 @@ def resolve_rocm_ids(gpu_ids: tuple[str, ...], topology: Path = KFD_TOPOLOGY) ->
     return tuple(out)
 
 
-def _nvidia_minors() -> dict[str, int]:
-    """``{index or uuid: device minor}`` from nvidia-smi; empty when it is not there."""
+def _nvidia_table() -> dict[str, tuple[int, str]]:
+    """``{index or uuid: (device minor, uuid)}`` from nvidia-smi; empty when it is not there."""
     exe = shutil.which("nvidia-smi")
-    table: dict[str, int] = {}
+    table: dict[str, tuple[int, str]] = {}
     if exe is None:
         return table
     with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
@@ -134,8 +134,33 @@ def _nvidia_minors() -> dict[str, int]:
         ).stdout
         for line in out.splitlines():
             index, uuid, minor = (p.strip() for p in line.split(","))
-            table[index] = table[uuid] = int(minor)
+            table[index] = table[uuid] = (int(minor), uuid)
     return table
+
+
+def _nvidia_minors() -> dict[str, int]:
+    """``{index or uuid: device minor}`` from nvidia-smi; empty when it is not there."""
+    return {k: minor for k, (minor, _) in _nvidia_table().items()}
+
+
+def cuda_visible_devices(selection: GpuSelection) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for a sandbox that binds only the selected GPUs' nodes.
+
+    By UUID: CUDA inside such a sandbox enumerates only the GPUs whose nodes it can open,
+    so a host index names another GPU or none (seen on a two-H200 host: ``--gpu 1`` made
+    ``CUDA_VISIBLE_DEVICES=1`` in a sandbox holding only ``/dev/nvidia1``, and CUDA found
+    no GPU). Without nvidia-smi, the selected GPUs are the sandbox's first ones, in order.
+    """
+    table = _nvidia_table()
+    out = []
+    for i, gid in enumerate(selection.ids):
+        if gid.startswith(("GPU-", "MIG-")):
+            out.append(gid)
+        elif gid in table:
+            out.append(table[gid][1])
+        else:
+            out.append(str(i))
+    return ",".join(out)
 
 
 def device_nodes(selection: GpuSelection) -> list[str]:
