@@ -22,12 +22,14 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from grader.leaderboard.progress import Progress
 from grader.leaderboard.runner import RunConfig, run_leaderboard
@@ -61,17 +63,24 @@ def _seen(report_json: str | None) -> dict[str, object]:
 
 
 def one(subs: Path, kinds: dict[str, str], workers: int, work: Path, device: str,
-        tasks: tuple[str, ...]) -> tuple[dict[str, object], list[dict[str, object]]]:
+        tasks: tuple[str, ...]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     state = work / f"state-{workers}.sqlite"
     cfg = RunConfig(tasks=[ROOT / "examples" / t for t in tasks], submissions=subs, state=state,
                     workers=workers, backend="bwrap", device=device, top_k=0)
     t0 = time.monotonic()
     summary = run_leaderboard(cfg, Progress(enabled=False))
-    wall = time.monotonic() - t0
+    out, detail = summarise(state, kinds, workers, device, time.monotonic() - t0)
+    out["infra_errors"] = len(summary.infra_errors)
+    return out, detail
+
+
+def summarise(state: Path, kinds: dict[str, str], workers: int, device: str,
+              wall: float | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Figures and rows from a (possibly unfinished) run's state file."""
     with State.open(state, create=False) as st:
         rows = [r for r in st.evaluations() if r.round == "main"]
     by: dict[str, list[float]] = {}
-    detail = []
+    detail: list[dict[str, Any]] = []
     for r in rows:
         kind = "wrong" if r.code == "wrong_values" else r.verdict
         by.setdefault(kind, []).append(r.wall_s)
@@ -80,9 +89,11 @@ def one(subs: Path, kinds: dict[str, str], workers: int, work: Path, device: str
                        "wall_s": r.wall_s, "speedup": r.speedup, **_seen(r.report_json)})
     honest = [d for d in detail if d["kind"] in ("good", "slow")]
     rejected = [d for d in honest if d["verdict"] != "ok"]
-    out: dict[str, object] = {
+    if wall is None:  # stopped: the span of the finished evaluations' own walls
+        wall = sum(float(d["wall_s"]) for d in detail) / max(1, workers)
+    out: dict[str, Any] = {
         "workers": workers, "evaluations": len(rows), "wall_s": wall,
-        "per_min": 60 * len(rows) / wall, "infra_errors": len(summary.infra_errors),
+        "per_min": 60 * len(rows) / wall if wall else 0.0,
         "honest": len(honest), "honest_rejected": len(rejected),
         "honest_rejections": [(d["submission"], d["task"], d["code"], d["message"][:160]) for d in rejected]}
     if device == "cuda":
@@ -111,11 +122,17 @@ def main() -> None:
           f" {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; {n} submissions x "
           f"{len(tasks)} tasks (+{len(tasks)} reference checks, not counted)")
     work = Path(tempfile.mkdtemp(prefix="kgrader-lb-bench-"))
+    # Stopped by `timeout` (SIGTERM): unwind, so that the rows of what finished are written.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         kinds = make_submissions(work / "subs", n, tasks, tuple(a.kinds))
         results = []
         for w in a.workers:
-            r, detail = one(work / "subs", kinds, w, work, a.device, tasks)
+            try:
+                r, detail = one(work / "subs", kinds, w, work, a.device, tasks)
+            except KeyboardInterrupt:  # report the evaluations that finished, marked partial
+                r, detail = summarise(work / f"state-{w}.sqlite", kinds, w, a.device, None)
+                r["partial"] = True
             results.append({"summary": r, "rows": detail})
             print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in r.items()), flush=True)
