@@ -331,6 +331,8 @@ def _probe_disagrees(probe: Mapping[str, Any], fp: Mapping[str, Any]) -> list[st
     out = []
     for k in ("torch", "triton", "python"):
         a, b = probe.get(k), fp.get(k)
-        if a and b and a != b:
+        # package metadata omits the local build tag that torch.__version__ carries
+        # ("2.11.0" vs "2.11.0+cu130" on the H200 host): the same build, not a disagreement
+        if a and b and str(a).split("+")[0] != str(b).split("+")[0]:
             out.append(f"{k}: host {a}, sandbox {b}")
     return out

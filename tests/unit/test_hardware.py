@@ -164,3 +164,12 @@ def test_host_probe_on_cpu_names_the_cpu_and_the_host_software() -> None:
     assert probe["cpu_model"] and probe["cpu_count"]
     assert probe["torch"] is not None and "method" in probe
     assert hardware.probe_key(probe) == hardware.probe_key(dict(reversed(list(probe.items()))))
+
+
+def test_a_local_build_tag_is_not_a_disagreement_between_host_and_sandbox() -> None:
+    from grader.measure.peaks import _probe_disagrees
+
+    assert _probe_disagrees({"torch": "2.11.0", "triton": "3.6.0"},
+                            {"torch": "2.11.0+cu130", "triton": "3.6.0"}) == []
+    assert _probe_disagrees({"torch": "2.10.0"}, {"torch": "2.11.0+cu130"}) == [
+        "torch: host 2.10.0, sandbox 2.11.0+cu130"]
