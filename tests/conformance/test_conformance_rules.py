@@ -8,6 +8,7 @@ backend builds its sandbox from; no GPU is needed.
 from __future__ import annotations
 
 import itertools
+import shutil
 import signal
 from pathlib import Path
 
@@ -75,9 +76,14 @@ def test_empty_gpu_ids_mean_the_first_visible_gpu_on_every_backend(
         assert req["DeviceIDs"] == ["3"]
     else:
         from grader.backends.bwrap import BwrapBackend
+        from grader.backends.gpu import cuda_visible_devices
 
+        # bwrap binds only GPU 3's node, where CUDA enumerates that one GPU: the variable
+        # names it by UUID (from nvidia-smi), or as the sandbox's first GPU without it
         env = BwrapBackend()._environment(spec, gpu, ())
-        assert env["CUDA_VISIBLE_DEVICES"] == "3"
+        assert env["CUDA_VISIBLE_DEVICES"] == cuda_visible_devices(gpu)
+        if shutil.which("nvidia-smi") is None:
+            assert env["CUDA_VISIBLE_DEVICES"] == "0"
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert resolve_gpu_ids("cuda", ()).ids == ("0",)
     assert resolve_gpu_ids("cuda", ("1", "GPU-5e1b3c2a-0000")) .defaulted is False
