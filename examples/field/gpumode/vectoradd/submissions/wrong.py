@@ -17,7 +17,8 @@ def add_kernel(a_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 def custom_kernel(data):
     a, b = data
-    out = torch.empty_like(a)
+    out = torch.zeros_like(a)  # zeros, not empty: the rows it skips read as wrong values, not
+    # as whatever the allocator's memory held (NaN there reads as "left unwritten")
     n = a.shape[1]
     add_kernel[(triton.cdiv(n, BLOCK),)](a, b, out, n, BLOCK=BLOCK)
     return out
