@@ -5,7 +5,7 @@
 Each trial draws pairs ``t_cur = exp(e1)``, ``t_cand = (1 - g) * exp(e2)`` with independent
 normal noise of standard deviation ``sigma`` (per-sample jitter, log scale), feeds them to
 the judge's own stopping logic (``SequentialSignTest``, looks 25/50/100/200) and decides
-with each rule exactly as ``sandbox.stats.rule_accepts`` does. Reports, per true gain
+with each rule exactly as ``sandbox.rules.rule_accepts`` does. Reports, per true gain
 ``g``, the share of trials accepted and the mean number of pairs used.
 """
 
@@ -20,14 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox import stats
+from sandbox import rules
 
 LOOKS = (25, 50, 100, 200)
 
 
 def trial(rng: random.Random, rule: str, gain: float, sigma: float, delta: float, alpha: float,
           seed_pairs: int = 30) -> tuple[bool, int]:
-    seq = stats.SequentialSignTest(delta, alpha, LOOKS, point_margin=rule == "gain") \
+    seq = rules.SequentialSignTest(delta, alpha, LOOKS, point_margin=rule == "gain") \
         if rule != "seed" else None
     cur: list[float] = []
     cand: list[float] = []
@@ -39,7 +39,7 @@ def trial(rng: random.Random, rule: str, gain: float, sigma: float, delta: float
             seq.add(cur[-1], cand[-1])
             if seq.decision() != "continue":
                 break
-    ok = stats.rule_accepts(cur, cand, rule=rule, min_pairs=5, min_improvement_fraction=delta,
+    ok = rules.rule_accepts(cur, cand, rule=rule, min_pairs=5, min_improvement_fraction=delta,
                             min_positive_fraction=0.6, alpha=alpha, looks=LOOKS)
     return ok, len(cur)
 

@@ -10,7 +10,7 @@ function the host decides with) accepts the deciding run; the host owns the deci
 
 from __future__ import annotations
 
-from sandbox import stats
+from sandbox import rules, stats
 from sandbox.benchmark import SideClock, check_threads, warm_up
 from sandbox.evaluation import Evaluation
 from sandbox.failure import StageFailure
@@ -25,7 +25,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
     frac = ev.task.correctness.timed_check_fraction
     clocks = {id(cand): SideClock(ev, cand, "accept"), id(cur): SideClock(ev, cur, "accept")}
     threads = {id(s): ev.noop_threads(s, "accept") for s in (cand, cur)}
-    seq = stats.SequentialSignTest(delta=acc.min_improvement_fraction, alpha=acc.alpha,
+    seq = rules.SequentialSignTest(delta=acc.min_improvement_fraction, alpha=acc.alpha,
                                    looks=acc.looks, point_margin=acc.rule == "gain") \
         if sequential else None
     for i in range(n_max):
@@ -79,7 +79,7 @@ def open_pair(ev: Evaluation, cand: Side | None = None) -> tuple[Side, Side]:
 
 
 def accepts(acc: AcceptanceWire, pairs: PairsRecord) -> bool:
-    return stats.rule_accepts(pairs.t_cur, pairs.t_cand, rule=acc.rule, min_pairs=acc.min_pairs,
+    return rules.rule_accepts(pairs.t_cur, pairs.t_cand, rule=acc.rule, min_pairs=acc.min_pairs,
                               min_improvement_fraction=acc.min_improvement_fraction,
                               min_positive_fraction=acc.min_positive_fraction, alpha=acc.alpha,
                               looks=acc.looks)

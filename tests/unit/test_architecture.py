@@ -8,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # What grader/ may import from sandbox/: the contract, and the statistics both sides must
 # compute identically (the judge stops a sequential test where the host decides it).
-SHARED = {"sandbox.wire", "sandbox.stats"}
+SHARED = {"sandbox.wire", "sandbox.stats", "sandbox.rules"}
 MAX_LINES = 450
 
 

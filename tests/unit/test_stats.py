@@ -1,4 +1,4 @@
-"""sandbox/stats.py: summaries, the seed rule and the sequential sign test."""
+"""sandbox/stats.py (summaries) and sandbox/rules.py (the seed rule, the sequential sign test)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox.stats import (
-    SequentialSignTest,
-    percentile,
-    seed_rule,
-    sequential_sign_test,
-    sign_test_rank,
-    summarize,
-)
+from sandbox.rules import SequentialSignTest, seed_rule, sequential_sign_test, sign_test_rank
+from sandbox.stats import percentile, summarize
 
 # --- summarize --------------------------------------------------------------------------
 

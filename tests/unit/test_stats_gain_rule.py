@@ -8,7 +8,7 @@ import math
 import random
 from pathlib import Path
 
-from sandbox import stats
+from sandbox import rules
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("rule_simulation", ROOT / "bench" / "rule_simulation.py")
@@ -36,15 +36,15 @@ def test_gain_rule_needs_the_point_estimate_over_the_margin() -> None:
     # Every pair 0.5% faster: a certain gain, but below the 1% margin on the point estimate.
     t_cur = [1.0] * 25
     t_cand = [0.995] * 25
-    assert not stats.rule_accepts(t_cur, t_cand, rule="gain", min_pairs=5,
+    assert not rules.rule_accepts(t_cur, t_cand, rule="gain", min_pairs=5,
                                   min_improvement_fraction=0.01, min_positive_fraction=0.6,
                                   alpha=0.01, looks=[25])
     t_cand = [0.985] * 25  # 1.5% faster: over the margin, and certain
-    assert stats.rule_accepts(t_cur, t_cand, rule="gain", min_pairs=5,
+    assert rules.rule_accepts(t_cur, t_cand, rule="gain", min_pairs=5,
                               min_improvement_fraction=0.01, min_positive_fraction=0.6,
                               alpha=0.01, looks=[25])
     # The controlled rule asks the bound itself to clear the margin: with this spread it does.
-    assert stats.rule_accepts(t_cur, t_cand, rule="controlled", min_pairs=5,
+    assert rules.rule_accepts(t_cur, t_cand, rule="controlled", min_pairs=5,
                               min_improvement_fraction=0.01, min_positive_fraction=0.6,
                               alpha=0.01, looks=[25])
-    assert math.isclose(stats.SequentialSignTest(0.01, 0.01, [25], point_margin=True).threshold, 0.0)
+    assert math.isclose(rules.SequentialSignTest(0.01, 0.01, [25], point_margin=True).threshold, 0.0)
