@@ -20,6 +20,15 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sandbox.wire_diagnostics import DiagnosticsRecord as DiagnosticsRecord
+from sandbox.wire_diagnostics import FindingRecord as FindingRecord
+from sandbox.wire_diagnostics import KernelRecord as KernelRecord
+from sandbox.wire_diagnostics import ProfileRecord as ProfileRecord
+from sandbox.wire_diagnostics import ProfileWire as ProfileWire
+from sandbox.wire_diagnostics import SanitizerRecord as SanitizerRecord
+from sandbox.wire_diagnostics import SanitizeTool as SanitizeTool
+from sandbox.wire_diagnostics import SanitizeWire as SanitizeWire
+
 WIRE_VERSION = 2
 
 # ---- the fixed layout every backend provides ------------------------------------------
@@ -34,11 +43,11 @@ CURRENT_NAME = "current.py"
 JUDGE_UID = 65534
 JUDGE_GID = 65534
 
+
 Device = Literal["cpu", "cuda", "rocm"]
 Mode = Literal["evaluate", "measure_peak", "calibrate", "profile", "check"]
 StageName = Literal["compile", "correctness", "benchmark"]
 ShapeKind = Literal["tune", "hidden"]
-SanitizeTool = Literal["memcheck", "racecheck"]
 Origin = Literal["candidate", "infrastructure"]
 # Stages a judge error can name. ``integrity`` is the candidate breaking the harness
 # itself (killing the judge, forging or flooding the record, tampering with its folder).
@@ -153,25 +162,6 @@ class CalibrateWire:
 
 
 @dataclass(frozen=True)
-class SanitizeWire:
-    """Run the correctness stage again in a runner under compute-sanitizer (GPU only)."""
-
-    tool: SanitizeTool
-    path: str | None = None  # where the host found it (bound read-only at that path)
-
-
-@dataclass(frozen=True)
-class ProfileWire:
-    """``profile`` mode: Nsight Compute counters of the candidate at the first tune shape."""
-
-    metrics: tuple[str, ...]
-    ncu: str | None = None  # where the host found it (bound read-only at that path)
-    warmup_calls: int = 2  # unprofiled first calls (JIT, autotune)
-    profiled_calls: int = 2
-    max_kernels: int = 64
-
-
-@dataclass(frozen=True)
 class JudgeRequest:
     """Everything the judge is told. Written by the host as the secret file."""
 
@@ -260,67 +250,6 @@ class AcceptanceRecord:
     deciding: PairsRecord
     replicate: PairsRecord | None = None
     replicate_error: str | None = None
-
-
-# Diagnostics: what the tools (running as the runner: untrusted) said, already parsed and
-# capped by the judge. Advice and an extra check, never the only check.
-@dataclass(frozen=True)
-class KernelRecord:
-    id: int
-    name: str
-    block: str = ""
-    grid: str = ""
-    metrics: dict[str, float] = field(default_factory=dict)  # requested ncu metrics, base units
-
-
-@dataclass(frozen=True)
-class ProfileRecord:
-    tool: Literal["ncu"] = "ncu"
-    version: str | None = None
-    path: str | None = None
-    kernels: tuple[KernelRecord, ...] = ()
-    calls: int = 0
-    skip: int = 0
-    dims: dict[str, int] = field(default_factory=dict)
-    wall_s: float | None = None
-    unmeasured: str | None = None
-    messages: tuple[str, ...] = ()
-    dropped: int = 0
-    truncated: bool = False
-
-
-@dataclass(frozen=True)
-class FindingRecord:
-    kind: Literal["out_of_bounds", "misaligned", "race"]
-    space: str | None = None
-    access: str | None = None
-    size: int | None = None
-    kernel: str | None = None
-    location: str | None = None
-    thread: tuple[int, ...] | None = None
-    block: tuple[int, ...] | None = None
-    address: str | None = None
-    nearest: dict[str, int | str] | None = None  # distance_bytes, side, allocation(_bytes)
-    text: str = ""
-
-
-@dataclass(frozen=True)
-class SanitizerRecord:
-    tool: SanitizeTool
-    path: str | None = None
-    ran: bool = False  # the tool ran to its summary line
-    wall_s: float | None = None
-    findings: tuple[FindingRecord, ...] = ()
-    error_count: int | None = None
-    more: int = 0
-    tool_errors: tuple[str, ...] = ()
-    unmeasured: str | None = None
-
-
-@dataclass(frozen=True)
-class DiagnosticsRecord:
-    profile: ProfileRecord | None = None  # profile mode
-    sanitizer: SanitizerRecord | None = None  # evaluate mode with ``sanitize``
 
 
 @dataclass(frozen=True)
