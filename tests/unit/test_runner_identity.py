@@ -70,3 +70,36 @@ def test_launch_record_becomes_warnings_and_enforcement(monkeypatch: pytest.Monk
     assert "hidepid=invisible" in identity.launch_enforcement()["process_visibility"]
     monkeypatch.setenv(launch.STATUS_ENV, "{not json")
     assert identity.launch_status() == {"error": f"unreadable {launch.STATUS_ENV}"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own a file as another uid")
+def test_a_tools_log_is_read_with_the_owning_runners_identity() -> None:
+    """The judge (no CAP_DAC_OVERRIDE; here: root keeping only CAP_SETUID/SETGID, so that
+    returning to fsuid 0 regains nothing) cannot open a runner's 0600 log as itself; with
+    ``as_file_owner`` it reads it as that runner, and a file of an unknown uid stays shut."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="kg-owner-", dir="/tmp")
+    try:
+        os.chmod(folder, 0o755)
+        log, stranger = os.path.join(folder, "ncu.csv"), os.path.join(folder, "other.csv")
+        for path, uid in ((log, 65501), (stranger, 65502)):
+            with open(path, "w") as f:
+                f.write("counters")
+            os.chown(path, uid, uid)
+            os.chmod(path, 0o600)
+        code = (
+            "import sys\nfrom sandbox import caps, identity\n"
+            "identity._owners[65501] = 'candidate.py'\n"
+            "keep = caps.mask(caps.CAP_SETUID, caps.CAP_SETGID)\ncaps.set_sets(keep, keep, 0)\n"
+            "def read(p):\n    try:\n        return open(p).read()\n    except PermissionError:\n"
+            "        return 'denied'\n"
+            "out = [read(sys.argv[1])]\n"
+            "for p in sys.argv[1:]:\n    with identity.as_file_owner(p):\n        out.append(read(p))\n"
+            "print(' '.join(out))")
+        r = subprocess.run([sys.executable, "-c", code, log, stranger], capture_output=True,
+                           text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert r.stdout.split() == ["denied", "counters", "denied"], (r.stdout, r.stderr)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
