@@ -122,7 +122,14 @@ def test_a_hardcoded_remainder_fails_only_on_the_varied_hidden_shapes(kb_tasks: 
 
 def test_returned_outputs_take_part_in_paired_acceptance(kb_tasks: Path) -> None:
     good = KB / "submissions" / "1_ReLU" / "good.py"
-    rc, r = grade(kb_tasks / "kb_1_relu", good, "--current", good)
+    # A/A decided by the controlled rule (false accepts bounded by alpha): the seed rule on
+    # six noisy CPU pairs accepted good-vs-good once in five CI runs, by chance.
+    task = kb_tasks.parent / "kb_relu_controlled"
+    shutil.copytree(kb_tasks / "kb_1_relu", task, dirs_exist_ok=True)
+    spec = json.loads((task / "task.json").read_text())
+    spec["acceptance"] = {"rule": "controlled", "min_pairs": 5, "looks": [10, 20]}
+    (task / "task.json").write_text(json.dumps(spec))
+    rc, r = grade(task, good, "--current", good)
     assert rc == 1 and r["stage"] == "accept" and r["errors"] == []
     assert r["acceptance"]["accepted"] is False and r["acceptance"]["pairs"] >= 5
 
