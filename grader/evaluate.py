@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grader import __version__
 from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
 from grader.backends.cleanup import mark_kept, mark_owner
+from grader.backends.gate import MeasureGate, Turn, make_fifo
 from grader.backends.select import detect_device, select_backend
 from grader.diagnostics.locate import sanitize_request
 from grader.errors import InfrastructureError, UsageError
@@ -88,6 +89,9 @@ class EvalRequest(BaseModel):
                           "tool or else memcheck; None: the task's `sanitize`.")
     shape_seed: int | None = Field(None, description="Seed of a generated task's shape draw (a "
                                    "leaderboard secret); None: a fresh secret per evaluation.")
+    gate: MeasureGate | None = Field(None, description="The device's measurement gate: the "
+                                     "sandbox prepares, then waits for its turn before it "
+                                     "touches the device (grader.backends.gate).")
 
     @classmethod
     def from_paths(cls, task_dir: str | Path, candidate: str | Path, current: str | Path | None = None,
@@ -163,7 +167,9 @@ def stage_files(req: EvalRequest, device: wire.Device, floor_ms: float | None) -
         stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor_ms,
         trusted_candidate=req.candidate_trusted,
         trusted_current=req.current is not None and req.current_trusted,
-        sanitize=sanitize_request(req.sanitize, req.task.sanitize)))
+        sanitize=sanitize_request(req.sanitize, req.task.sanitize), gated=req.gate is not None))
+    if req.gate is not None:
+        make_fifo(out_dir)
     return Staged(root, in_dir, out_dir, key)
 
 
@@ -227,7 +233,9 @@ def evaluate(req: EvalRequest) -> Report:
         launched = time.time()
         outcome = backend.run(SandboxSpec(in_dir=staged.in_dir, out_dir=staged.out_dir,
                                           argv=JUDGE_ARGV, limits=limits, device=device,
-                                          gpu_ids=req.gpu_ids, label=uuid.uuid4().hex[:12]))
+                                          gpu_ids=req.gpu_ids, label=uuid.uuid4().hex[:12],
+                                          gate=None if req.gate is None else
+                                          Turn(req.gate, staged.out_dir / wire.GATE_NAME)))
         report = collect(report, spec, backend, outcome, staged, limits)
         if report.sandbox is not None:
             report.sandbox.phases = _phases(report.sandbox.phases, launched, time.time(),

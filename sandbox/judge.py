@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -21,6 +22,7 @@ _STARTED = (time.time(), time.monotonic())
 
 from sandbox import harden
 from sandbox.wire import (
+    GATE_NAME,
     RESULT_NAME,
     SECRET_NAME,
     WIRE_VERSION,
@@ -83,6 +85,23 @@ def _clear(names: list[str]) -> None:
             pass
 
 
+def wait_gate() -> float:
+    """Block until the host gives this evaluation the device (grader.backends.gate); the
+    seconds waited. Raises OSError when the gate is not a FIFO or closes without a grant."""
+    t = time.monotonic()
+    path = os.path.join(OUT, GATE_NAME)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # blocks until the host opens its end
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a FIFO")
+        if not os.read(fd, 16):
+            raise OSError("the host closed the gate without a grant")
+    finally:
+        os.close(fd)
+    os.unlink(path)  # before any candidate code runs: the output folder holds nothing else
+    return time.monotonic() - t
+
+
 def _parse(data: bytes) -> tuple[bytes, JudgeRequest | None, ErrorWire | None]:
     """The key (as early as it can be read) and the request, or why it cannot be used."""
     key = b""
@@ -119,8 +138,16 @@ def main() -> int:
             f"and triton for the interpreter kgrader runs with (README, 'On a GPU host'). {e}",
             {"module": e.name})))
         return 0
+    waited = 0.0
+    if req.gated:
+        try:
+            waited = wait_gate()
+        except OSError as e:
+            write_result(key, _error_record(req.device, _infra(
+                "gate_failed", f"the judge could not wait for its turn at the device: {e}")))
+            return 0
     try:
-        record = run_mode(req, _STARTED)
+        record = run_mode(req, _STARTED, waited)
     except Exception as e:  # the judge's own bug: an infrastructure fault, never a pass
         record = _error_record(req.device, _infra("judge_error",
                                                   "".join(traceback.format_exception(e))))

@@ -24,8 +24,9 @@ def _infra(code: str, e: BaseException) -> ErrorWire:
                      message="".join(traceback.format_exception(e))[-3000:])
 
 
-def run_mode(req: JudgeRequest, started: tuple[float, float]) -> Record:
-    """``started``: the judge's (wall, monotonic) start, for the phase figures."""
+def run_mode(req: JudgeRequest, started: tuple[float, float], gate_wait: float = 0.0) -> Record:
+    """``started``: the judge's (wall, monotonic) start, for the phase figures;
+    ``gate_wait``: seconds it waited for its turn at the device (not part of any phase)."""
     if req.mode == "measure_peak":
         return _measure_peak(req)
     if req.mode == "check":  # is the task sound? (no candidate; sandbox.task_check)
@@ -37,7 +38,9 @@ def run_mode(req: JudgeRequest, started: tuple[float, float]) -> Record:
     try:
         ev = Evaluation(req)
         ev.started_wall = started[0]
-        ev.phase("judge_ready", started[1])
+        ev.phase("judge_ready", started[1] + gate_wait)
+        if req.gated:
+            ev.phases["gate_wait"] = round(gate_wait, 4)
     except StageFailure as e:
         return Record(wire_version=WIRE_VERSION, stage="sandbox", errors=(e.error,), warnings=(),
                       device=req.device, environment={})

@@ -38,6 +38,9 @@ OUT_MOUNT = "/kg/out"
 SCRATCH_MOUNT = "/tmp"
 RESULT_NAME = "result.json"
 SECRET_NAME = ".judge-secret.json"
+# The measurement gate's FIFO (grader.backends.gate): a gated judge reads one byte from
+# it before it touches the device, then unlinks it.
+GATE_NAME = ".gate"
 CANDIDATE_NAME = "candidate.py"
 CURRENT_NAME = "current.py"
 JUDGE_UID = 65534
@@ -186,6 +189,7 @@ class JudgeRequest:
     calibrate: CalibrateWire | None = None
     sanitize: SanitizeWire | None = None
     profile: ProfileWire | None = None
+    gated: bool = False  # wait at GATE_NAME before touching the device
 
 
 # ---- judge -> host -------------------------------------------------------------------

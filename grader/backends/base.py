@@ -38,6 +38,7 @@ import abc
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.backends.enforcement import Enforcement
 from grader.errors import UsageError
@@ -55,6 +56,9 @@ from sandbox.wire import (
 )
 from sandbox.wire import JUDGE_GID as SANDBOX_GID
 from sandbox.wire import JUDGE_UID as SANDBOX_UID
+
+if TYPE_CHECKING:
+    from grader.backends.gate import Turn
 
 SHM_MOUNT = "/dev/shm"
 # Capabilities of the launcher, the sandbox's first process (uid 0 inside the sandbox):
@@ -78,6 +82,9 @@ class SandboxSpec:
     gpu_ids: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     label: str = ""
+    # A turn at the device's measurement gate (grader.backends.gate): the judge waits at
+    # it before touching the device, and the wall limit counts from the grant.
+    gate: Turn | None = None
 
 
 @dataclass

@@ -10,14 +10,19 @@ import threading
 import time
 from dataclasses import dataclass
 
+import structlog
+
 from grader.backends import cgroups
 from grader.backends.base import SandboxOutcome, SandboxSpec
 from grader.backends.classify import Evidence, classify, decode_status
 from grader.backends.enforcement import Enforcement
+from grader.backends.gate import MAX_WAIT_FACTOR
 from grader.backends.hoststeps import HostSteps
 from grader.backends.output import OutputDrain, collect, fd_chunks
 from grader.backends.watchdog import GpuMemoryWatchdog, Watchdog
 from grader.errors import SandboxUnavailableError
+
+log = structlog.get_logger("kgrader.bwrap")
 
 
 @dataclass
@@ -47,8 +52,38 @@ def supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
               cg: cgroups.CgroupSet | None) -> Supervision:
     """Run ``argv`` with ``steps`` as its pre-exec pipeline until it ends or a limit fires.
 
-    Always kills the whole tree and destroys ``cg`` before returning or raising.
+    Always kills the whole tree and destroys ``cg`` before returning or raising; a turn at
+    the measurement gate (``spec.gate``) is given back only after that.
     """
+    try:
+        return _supervise(argv, steps, spec, cg)
+    finally:
+        if spec.gate is not None:
+            spec.gate.release()
+
+
+def _wait(proc: subprocess.Popen[bytes], spec: SandboxSpec) -> bool:
+    """Wait for the sandbox; True when its wall limit fired. With a gate, the limit counts
+    from the grant (grader.backends.gate)."""
+    wall_s = spec.limits.wall_s
+    if spec.gate is not None:
+        granted = spec.gate.wait(lambda: proc.poll() is None, wall_s * MAX_WAIT_FACTOR)
+        if granted is None:
+            if proc.poll() is not None:
+                return False  # it ended before its turn (a judge that failed to start)
+            log.error("gate_wait_exceeded", label=spec.label, gate=repr(spec.gate.gate),
+                      limit_s=wall_s * MAX_WAIT_FACTOR)
+            return True
+        wall_s = max(0.0, granted + wall_s - time.monotonic())
+    try:
+        proc.wait(timeout=wall_s)
+    except subprocess.TimeoutExpired:
+        return True
+    return False
+
+
+def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
+               cg: cgroups.CgroupSet | None) -> Supervision:
     lim = spec.limits
     t0 = time.monotonic()
     try:
@@ -82,11 +117,10 @@ def supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
         gdog.start()
     timed_out = False
     try:
-        proc.wait(timeout=lim.wall_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_tree()
-        proc.wait()
+        if _wait(proc, spec):
+            timed_out = True
+            kill_tree()
+            proc.wait()
     except BaseException:
         kill_tree()
         proc.wait()

@@ -63,6 +63,10 @@ def _engine_options(f: Any) -> Any:
                           "(else $KGRADER_LEADERBOARD_SECRET, else random per run)."),
         click.option("--top-k", type=int, default=3, show_default=True,
                      help="Entries re-run on fresh seeds before publishing."),
+        click.option("--prepare-ahead/--no-prepare-ahead", default=False, show_default=True,
+                     help="GPU workers: start the next evaluation's sandbox (torch import, "
+                          "runners) while the current one measures; it touches the GPU only "
+                          "after the current sandbox is dead (docs/leaderboard.md)."),
     ]
     for o in reversed(opts):
         f = o(f)

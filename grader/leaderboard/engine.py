@@ -5,7 +5,10 @@ is written by one thread of one process; workers never touch it.
 
 * :class:`LocalEngine`: a thread pool on this machine. With GPUs, one worker per GPU,
   each job pinned to its device (``gpu_ids=(str(i),)``, the sandbox sees only that GPU);
-  without, N CPU workers.
+  without, N CPU workers. With ``prepare_ahead``, two workers per GPU share the GPU's
+  measurement gate (:mod:`grader.backends.gate`): the next evaluation starts its sandbox
+  and imports torch while the current one measures, and touches the GPU only after the
+  current sandbox is dead.
 * :class:`RayEngine`: each job is a Ray task asking for one GPU (``num_gpus=1``; the task
   takes its device from ``ray.get_gpu_ids()``) or one CPU slot, on a cluster the operator
   already runs. A cluster that goes away raises :class:`ClusterLost`; results finished
@@ -21,6 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
+from grader.backends.gate import MeasureGate
 from grader.errors import InfrastructureError, UsageError
 from grader.leaderboard.job import Job, JobOutcome, run_job
 
@@ -51,24 +55,31 @@ class LocalEngine:
 
     name = "local"
 
-    def __init__(self, workers: int | None, device: str):
-        gpus = local_gpus() if device in ("cuda", "auto") else []
+    def __init__(self, workers: int | None, device: str, prepare_ahead: bool = False,
+                 gpus: list[str] | None = None):
+        gpus = (local_gpus() if device in ("cuda", "auto") else []) if gpus is None else gpus
         if device == "cuda" and not gpus:
             raise UsageError("--device cuda but no /dev/nvidiaN device on this machine")
-        self.slots: queue.Queue[tuple[str, ...]] = queue.Queue()
+        if prepare_ahead and not gpus:
+            raise UsageError("--prepare-ahead needs GPU workers: on the CPU, a sandbox that "
+                             "prepares would share the cores the measured one is timed on")
+        self.slots: queue.Queue[tuple[tuple[str, ...], MeasureGate | None]] = queue.Queue()
         if gpus:
             chosen = gpus[: workers] if workers else gpus
             for g in chosen:
-                self.slots.put((g,))
+                gate = MeasureGate(f"gpu{g}") if prepare_ahead else None
+                for _ in range(2 if prepare_ahead else 1):
+                    self.slots.put(((g,), gate))
         else:
             for _ in range(max(1, workers or 1)):
-                self.slots.put(())
+                self.slots.put(((), None))
         self.workers = self.slots.qsize()
+        self.prepare_ahead = prepare_ahead
 
     def _one(self, job: Job) -> JobOutcome:
         slot = self.slots.get()
         try:
-            return run_job(job, slot, engine=self.name)
+            return run_job(job, slot[0], engine=self.name, gate=slot[1])
         finally:
             self.slots.put(slot)
 

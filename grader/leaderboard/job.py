@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.errors import InfrastructureError, KgraderError
 from grader.leaderboard.integrity import violation
@@ -31,6 +31,9 @@ from grader.leaderboard.state import EvalRow
 from grader.report.model import Report
 from grader.scan.policy import Policy
 from grader.task import TaskSpec
+
+if TYPE_CHECKING:
+    from grader.backends.gate import MeasureGate
 
 # Policy for the reference check only: the reference is trusted code, and reference
 # implementations use library calls that a task's candidate policy denies.
@@ -68,8 +71,10 @@ class JobOutcome:
     infra_error: str | None = None
 
 
-def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local") -> JobOutcome:
-    """Evaluate one job; never raises (a kgrader or machine fault becomes ``infra_error``)."""
+def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local",
+            gate: MeasureGate | None = None) -> JobOutcome:
+    """Evaluate one job; never raises (a kgrader or machine fault becomes ``infra_error``).
+    ``gate``: the GPU's measurement gate when evaluations prepare ahead (engine.py)."""
     from grader.evaluate import EvalRequest, Source, evaluate
     from grader.scan import check_source
 
@@ -92,7 +97,7 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local") -> J
                                            text=check_source(job.source)),
                           backend=job.backend, device=job.device,
                           limits=spec.limits.override(**dict(job.limits)), gpu_ids=gpu_ids,
-                          shape_seed=job.task.shape_seed, **kw)
+                          shape_seed=job.task.shape_seed, gate=gate, **kw)
         report = evaluate(req)
     except InfrastructureError as e:
         return JobOutcome(None, f"{type(e).__name__}: {e}")

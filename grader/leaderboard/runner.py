@@ -49,6 +49,7 @@ class RunConfig:
     ray_address: str = "auto"
     seed_secret: Path | None = None
     top_k: int = 3
+    prepare_ahead: bool = False
     limits: dict[str, float | int | None] = field(default_factory=dict)
 
 
@@ -66,8 +67,10 @@ class RunSummary:
 
 def make_engine(cfg: RunConfig) -> Engine:
     if cfg.engine == "local":
-        return LocalEngine(cfg.workers, cfg.device)
+        return LocalEngine(cfg.workers, cfg.device, prepare_ahead=cfg.prepare_ahead)
     if cfg.engine == "ray":
+        if cfg.prepare_ahead:
+            raise UsageError("--prepare-ahead is for --engine local (a Ray task owns its GPU)")
         return RayEngine(cfg.ray_address, cfg.device, cfg.workers)
     raise UsageError(f"unknown engine {cfg.engine!r} (local, ray)")
 

@@ -162,7 +162,10 @@ class SandboxInfo(_Model):
                     "judge waiting for it and handing over buffers) and _load (importing the "
                     "module), compile (compile_inputs, compile_first_call: JIT and autotuning), "
                     "correctness, "
-                    "benchmark, accept, teardown (judge's record to sandbox gone), total.")
+                    "benchmark, accept, teardown (judge's record to sandbox gone), total; with "
+                    "a measurement gate (leaderboard --prepare-ahead) also gate_wait, the "
+                    "judge waiting for its turn at the device: judge_ready leaves it out, "
+                    "runnerN_ready (from the runner's start) includes it.")
 
 
 class CandidateInfo(_Model):

@@ -24,7 +24,7 @@ def test_local_engine_hands_every_outcome_to_the_driver_thread(monkeypatch: pyte
 
     seen_slots: list[tuple[str, ...]] = []
 
-    def fake_run(job: Job, slot: tuple[str, ...], engine: str) -> JobOutcome:
+    def fake_run(job: Job, slot: tuple[str, ...], engine: str, gate: Any = None) -> JobOutcome:
         seen_slots.append(slot)
         return JobOutcome(None, f"fake {job.submission}")
 

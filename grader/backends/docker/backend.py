@@ -45,6 +45,7 @@ from grader.backends.enforcement import (
     GpuEnforcement,
     ScratchMount,
 )
+from grader.backends.gate import MAX_WAIT_FACTOR
 from grader.backends.gpu import GpuSelection, resolve_gpu_ids
 from grader.backends.output import collect
 from grader.backends.registry import sandbox_backend
@@ -88,6 +89,11 @@ class DockerBackend(SandboxBackend):
         container: Container | None = None
         with cleanup.sigterm_raises():
             try:
+                # A container's start is not split from its run here: a gated docker run
+                # takes the device before it starts (serialised, no head start).
+                wait_s = spec.limits.wall_s * MAX_WAIT_FACTOR
+                if spec.gate is not None and spec.gate.wait(lambda: True, wait_s) is None:
+                    raise SandboxUnavailableError(f"the device stayed busy past {wait_s:.0f} s")
                 container = client.containers.create(**kwargs)
                 cleanup.track(container)
                 log.info("docker.created", id=container.short_id, image=image, label=spec.label)
@@ -103,6 +109,8 @@ class DockerBackend(SandboxBackend):
             finally:
                 if container is not None:
                     cleanup.remove(container)
+                if spec.gate is not None:
+                    spec.gate.release()
         return self._outcome(spec, watched, gpu)
 
     def _outcome(self, spec: SandboxSpec, w: Watched, gpu: GpuSelection) -> SandboxOutcome:
