@@ -25,6 +25,7 @@ import yaml
 from grader.errors import TaskError
 from grader.tasks.common import (
     DEFAULT_SEEDS,
+    IMPORTED_ACCEPTANCE,
     ImportedTask,
     merge,
     read_source,
@@ -200,6 +201,7 @@ def import_problem(folder: Path, *, policy: str = "default",
         "shapes": {"tune": tune, "hidden": hidden, "timed": bench[0] if bench else None},
         "correctness": {"seeds": DEFAULT_SEEDS, "atol": atol, "rtol": rtol},
         "policy": policy,
+        "acceptance": dict(IMPORTED_ACCEPTANCE),
     }
     spec = validate(merge(spec_raw, overrides), yml)
     notes = [f"{len(tune)} tests -> tune shapes; "

@@ -20,6 +20,7 @@ from typing import Any
 from grader.errors import TaskError
 from grader.tasks.common import (
     DEFAULT_SEEDS,
+    IMPORTED_ACCEPTANCE,
     ImportedTask,
     merge,
     names_used,
@@ -133,6 +134,7 @@ def import_problem(path: Path, *, policy: str = "cuda-inline",
         "shapes": {"tune": [dims] if dims else [{}], "hidden": variants(dims, varied)},
         "correctness": {"seeds": DEFAULT_SEEDS, "atol": ATOL, "rtol": RTOL},
         "policy": policy,
+        "acceptance": dict(IMPORTED_ACCEPTANCE),
     }
     spec = validate(merge(raw, overrides), path)
     notes = [f"hidden shapes vary {', '.join(varied)}" if varied else

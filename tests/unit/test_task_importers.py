@@ -81,7 +81,10 @@ def test_kernelbench_import_makes_a_module_task(tmp_path: Path) -> None:
     assert spec.to_wire().problem.init == "get_init_inputs"  # type: ignore[union-attr]
     folder = write_task(task, tmp_path)
     assert (folder / "reference.py").read_text() == (KB / "5_Linear_GELU.py").read_text()
-    assert json.loads((folder / "task.json").read_text())["contract"] == "module"
+    written = json.loads((folder / "task.json").read_text())
+    assert written["contract"] == "module"
+    # the controlled rule (bounded false accepts), written out, not left to the default
+    assert spec.acceptance.rule == "controlled" and written["acceptance"]["rule"] == "controlled"
     with pytest.raises(TaskError, match="exists"):
         write_task(task, tmp_path)
 
@@ -109,6 +112,7 @@ def test_gpumode_import_maps_tests_benchmarks_seed_tolerances_and_helpers() -> N
     assert p is not None and p.seed_arg == "seed" and p.checker == "check_implementation"
     assert set(p.support_modules) == {"task", "utils"} and p.scratch == []
     assert (spec.correctness.rtol, spec.correctness.atol) == (1e-3, 1e-3)
+    assert spec.acceptance.rule == "controlled"
 
 
 def test_gpumode_output_buffers_are_scratch() -> None:
