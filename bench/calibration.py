@@ -7,8 +7,9 @@ runs through the real sandbox (bwrap) and the real judge/runner protocol:
 1. A/A: the same source as current and candidate (separately loaded runners and buffers),
    ``--aa`` decisions of ``--pairs`` pairs per workload; the false-accept rate of each rule
    and the 95% spread of the measured speed-up at 100 pairs.
-2. Injected slowdowns of 1% and 2% (the current does that much calibrated extra memory
-   work in the same kernel): detection power within 50 pairs, and mean pairs to a decision.
+2. Injected slowdowns of 1% and 2% (the current's every program moves 1% / 2% more bytes,
+   same programs and waves): the true effect measured from the pairs themselves, detection
+   power within 50 pairs for the controlled and the ``gain`` rule, mean pairs to a decision.
 3. Timing cheats (side stream, background thread, batch-and-skip, lazy output), each
    graded by the full pipeline with the static scan off: caught means "did not pass".
 4. Overhead: grader wall time per evaluation against the kernel time it measured.
@@ -54,13 +55,19 @@ EXTRA = {extra}
 
 
 @triton.jit
-def _scale(x_ptr, y_ptr, s_ptr, n, n_total, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def _scale(x_ptr, y_ptr, s_ptr, n, per_prog, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2.0, mask=m)
-    # Programs past n do calibrated extra memory work on a scratch buffer.
-    e = offs - n
-    me = (offs >= n) & (offs < n_total)
+    # Injected slowdown: every program also reads and writes ``per_prog`` elements of a
+    # scratch buffer, EXTRA of its own traffic. Same programs, same waves: the extra cost
+    # scales with the bytes at every size (extra *programs* spilled into a new wave at
+    # 10 us and cost ten times the nominal fraction). Zero for the honest side, which
+    # runs the same code with every extra lane masked off.
+    r = tl.arange(0, BLOCK)
+    me = r < per_prog
+    e = pid * per_prog + r
     v = tl.load(s_ptr + e, mask=me, other=0.0)
     tl.store(s_ptr + e, v + 1.0, mask=me)
 
@@ -70,11 +77,12 @@ _scratch = {{}}
 
 def _run(x, y):
     n = x.numel()
-    extra = int(n * EXTRA)
-    s = _scratch.get((extra, x.device))
+    grid = triton.cdiv(n, 4096)
+    per_prog = int(round(4096 * EXTRA))
+    s = _scratch.get((per_prog, x.device))
     if s is None:
-        s = _scratch[(extra, x.device)] = torch.zeros(max(extra, 1), device=x.device)
-    _scale[(triton.cdiv(n + extra, 4096),)](x, y, s, n, n + extra, BLOCK=4096)
+        s = _scratch[(per_prog, x.device)] = torch.zeros(max(grid * per_prog, 1), device=x.device)
+    _scale[(grid,)](x, y, s, n, per_prog, BLOCK=4096)
 
 
 _calls = [0]
@@ -115,21 +123,32 @@ def make_task(root: Path, name: str, n: int, bench: dict[str, Any], check: float
     return d
 
 
+def _sequential(cur: list[float], cand: list[float], delta: float, alpha: float,
+                point_margin: bool) -> tuple[bool, int]:
+    """(accepted, pairs used) of the sequential sign test on one decision's pairs."""
+    t = SequentialSignTest(delta=delta, alpha=alpha, looks=[25, 50, 100], point_margin=point_margin)
+    n = 0
+    for c, k in zip(cur, cand, strict=True):
+        n += 1
+        if t.add(c, k) != "continue":
+            break
+    if t.decision() == "continue":
+        t.finish()
+    return t.decision() == "accept", n
+
+
 def analyse(decisions: list[dict[str, list[float]]], delta: float, alpha: float) -> dict[str, Any]:
     ctrl_acc, ctrl_pairs, ctrl_by50, seed_acc, speedups = 0, [], 0, 0, []
+    gain_acc, gain_by50 = 0, 0
     for d in decisions:
         cur, cand = d["t_cur"], d["t_cand"]
-        t = SequentialSignTest(delta=delta, alpha=alpha, looks=[25, 50, 100])
-        n = 0
-        for c, k in zip(cur, cand, strict=True):
-            n += 1
-            if t.add(c, k) != "continue":
-                break
-        if t.decision() == "continue":
-            t.finish()
-        ctrl_acc += t.decision() == "accept"
-        ctrl_by50 += t.decision() == "accept" and n <= 50
+        acc, n = _sequential(cur, cand, delta, alpha, False)
+        ctrl_acc += acc
+        ctrl_by50 += acc and n <= 50
         ctrl_pairs.append(n)
+        gacc, gn = _sequential(cur, cand, delta, alpha, True)
+        gain_acc += gacc
+        gain_by50 += gacc and gn <= 50
         seed_acc += seed_rule(cur[:30], cand[:30], min_improvement_fraction=delta).accepted
         if len(cur) >= 100:
             speedups.append(statistics.median(cur[:100]) / statistics.median(cand[:100]))
@@ -142,6 +161,8 @@ def analyse(decisions: list[dict[str, list[float]]], delta: float, alpha: float)
     return {"decisions": k, "controlled_accept_rate": ctrl_acc / k if k else None,
             "controlled_accept_within_50_pairs": ctrl_by50 / k if k else None,
             "mean_pairs_to_decision": statistics.fmean(ctrl_pairs) if ctrl_pairs else None,
+            "gain_rule_accept_rate": gain_acc / k if k else None,
+            "gain_rule_accept_within_50_pairs": gain_by50 / k if k else None,
             "seed_accept_rate": seed_acc / k if k else None,
             "speedup_at_100_pairs_p2.5": lo, "speedup_at_100_pairs_p97.5": hi,
             "speedup_spread_95_pct": (max(abs(1 - lo), abs(hi - 1)) * 100) if sp else None,
@@ -163,6 +184,8 @@ def main() -> int:
     ap.add_argument("--analyse", type=Path, nargs="+",
                     help="re-derive the summaries from saved raw decisions and cheat/overhead "
                          "files (merged into --out) instead of measuring")
+    ap.add_argument("--scenarios", default="aa,gain1,gain2",
+                    help="decision scenarios to run (A/A; 1%% and 2%% injected slowdowns)")
     ap.add_argument("--budget", default="10us=70,100us=90,1ms=200",
                     help="seconds of measuring per workload (the judge stops deciding when out)")
     a = ap.parse_args()
@@ -198,12 +221,17 @@ def main() -> int:
         if "decisions" in parts:
             files = {"a.py": source("honest"), "a2.py": source("honest"),
                      "b1.py": source("honest", 0.01), "b2.py": source("honest", 0.02)}
-            sc = [{"name": "aa", "current": "/kg/in/a.py", "candidate": "/kg/in/a2.py", "decisions": a.aa},
-                  {"name": "gain1", "current": "/kg/in/b1.py", "candidate": "/kg/in/a.py", "decisions": a.power},
-                  {"name": "gain2", "current": "/kg/in/b2.py", "candidate": "/kg/in/a.py", "decisions": a.power}]
-            for s, share in zip(sc, (0.5, 0.25, 0.25), strict=True):
+            chosen = a.scenarios.split(",")
+            sc = [s for s in (
+                {"name": "aa", "current": "/kg/in/a.py", "candidate": "/kg/in/a2.py", "decisions": a.aa},
+                {"name": "gain1", "current": "/kg/in/b1.py", "candidate": "/kg/in/a.py", "decisions": a.power},
+                {"name": "gain2", "current": "/kg/in/b2.py", "candidate": "/kg/in/a.py", "decisions": a.power})
+                if s["name"] in chosen]
+            weights = {"aa": 2.0, "gain1": 1.0, "gain2": 1.0}  # A/A gets half when all run
+            total = sum(weights[s["name"]] for s in sc)
+            for s in sc:
                 s["pairs"] = a.pairs
-                s["budget_s"] = budgets[wname] * share
+                s["budget_s"] = budgets[wname] * weights[s["name"]] / total
             t0 = time.monotonic()
             req = mode_request("calibrate", a.device, task=spec.to_wire(), reference=ref,
                                candidate="/kg/in/a.py",
@@ -218,6 +246,8 @@ def main() -> int:
             # Every rule decides at the task's margin (min_improvement_fraction = 0.01); the
             # scenarios differ in the true effect only.
             for name, delta in (("aa", 0.01), ("gain1", 0.01), ("gain2", 0.01)):
+                if name not in chosen:
+                    continue
                 decs = cal.get(name, {}).get("decisions", [])
                 w[name] = {"delta": delta, **analyse(decs, delta, 0.01), "raw": decs,
                            "seconds": cal.get(name, {}).get("seconds")}

@@ -1,7 +1,7 @@
 """Leaderboard throughput: evaluations per minute against the number of workers.
 
 Usage: python bench/leaderboard.py [--submissions 50] [--workers 1 2] [--quick]
-[--device cpu|cuda] [--kinds good slow wrong] [--json OUT]
+[--device cpu|cuda] [--kinds good slow wrong] [--prepare-ahead off|on|both] [--json OUT]
 
 Generates N submissions into a temp folder, each entering three example tasks
 (vector_add_small, softmax, matmul on the CPU; vector_add, softmax, matmul on CUDA) with
@@ -12,7 +12,10 @@ round only). Reports, per worker count: wall time, evaluations per minute, the m
 time of one evaluation by verdict, the honest (good/slow) evaluations any check rejected,
 and, on CUDA, which GPU each evaluation's judge saw (uuid, visible device count, device
 nodes) -- the proof that each sandbox saw only its own GPU. ``--json`` writes every row.
-``--quick`` = 6 submissions.
+``--quick`` = 6 submissions. ``--prepare-ahead both`` runs each worker count with the
+next evaluation prepared while one measures (grader.backends.gate) and without, and
+reports per task and kind the spread of the measured times and speed-ups, so that a
+disturbance of the measurement by the preparing sandbox would show.
 """
 
 from __future__ import annotations
@@ -63,15 +66,41 @@ def _seen(report_json: str | None) -> dict[str, object]:
 
 
 def one(subs: Path, kinds: dict[str, str], workers: int, work: Path, device: str,
-        tasks: tuple[str, ...]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    state = work / f"state-{workers}.sqlite"
+        tasks: tuple[str, ...], ahead: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    state = work / f"state-{workers}-{'ahead' if ahead else 'plain'}.sqlite"
     cfg = RunConfig(tasks=[ROOT / "examples" / t for t in tasks], submissions=subs, state=state,
-                    workers=workers, backend="bwrap", device=device, top_k=0)
+                    workers=workers, backend="bwrap", device=device, top_k=0,
+                    prepare_ahead=ahead)
     t0 = time.monotonic()
     summary = run_leaderboard(cfg, Progress(enabled=False))
     out, detail = summarise(state, kinds, workers, device, time.monotonic() - t0)
+    out["prepare_ahead"] = ahead
     out["infra_errors"] = len(summary.infra_errors)
+    out["infra_error_messages"] = [m[:300] for m in summary.infra_errors[:5]]
     return out, detail
+
+
+def spread(detail: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per task/kind: n, median time, and the relative spread (stdev/median and the IQR over
+    the median) of the submission's measured time and of its speed-up over the reference."""
+    out: dict[str, dict[str, float]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for d in detail:
+        if d["verdict"] == "ok" and d.get("t_sub_ms"):
+            groups.setdefault(f"{d['task']}/{d['kind']}", []).append(d)
+    for key, ds in sorted(groups.items()):
+        row: dict[str, float] = {"n": len(ds)}
+        for field in ("t_sub_ms", "speedup"):
+            xs = sorted(float(d[field]) for d in ds if d.get(field))
+            if len(xs) < 4 or statistics.median(xs) <= 0:
+                continue
+            med = statistics.median(xs)
+            q = statistics.quantiles(xs, n=4)
+            row[f"{field}_median"] = round(med, 5)
+            row[f"{field}_rel_stdev"] = round(statistics.stdev(xs) / med, 5)
+            row[f"{field}_rel_iqr"] = round((q[2] - q[0]) / med, 5)
+        out[key] = row
+    return out
 
 
 def summarise(state: Path, kinds: dict[str, str], workers: int, device: str,
@@ -86,7 +115,8 @@ def summarise(state: Path, kinds: dict[str, str], workers: int, device: str,
         by.setdefault(kind, []).append(r.wall_s)
         detail.append({"submission": r.submission, "task": r.task, "kind": kinds.get(f"{r.submission}/{r.task}"),
                        "verdict": r.verdict, "stage": r.stage, "code": r.code, "message": r.message[:300],
-                       "wall_s": r.wall_s, "speedup": r.speedup, **_seen(r.report_json)})
+                       "wall_s": r.wall_s, "speedup": r.speedup, "t_sub_ms": r.t_sub_ms,
+                       **_seen(r.report_json)})
     honest = [d for d in detail if d["kind"] in ("good", "slow")]
     rejected = [d for d in honest if d["verdict"] != "ok"]
     if wall is None:  # stopped: the span of the finished evaluations' own walls
@@ -114,6 +144,7 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
     ap.add_argument("--json", type=Path, default=None, help="write summary and every row here")
+    ap.add_argument("--prepare-ahead", choices=["off", "on", "both"], default="off")
     a = ap.parse_args()
     n = 6 if a.quick else a.submissions
     tasks = TASKS[a.device]
@@ -127,12 +158,15 @@ def main() -> None:
     try:
         kinds = make_submissions(work / "subs", n, tasks, tuple(a.kinds))
         results = []
-        for w in a.workers:
+        modes = {"off": [False], "on": [True], "both": [True, False]}[a.prepare_ahead]
+        for w, ahead in [(w, m) for w in a.workers for m in modes]:
             try:
-                r, detail = one(work / "subs", kinds, w, work, a.device, tasks)
+                r, detail = one(work / "subs", kinds, w, work, a.device, tasks, ahead)
             except KeyboardInterrupt:  # report the evaluations that finished, marked partial
-                r, detail = summarise(work / f"state-{w}.sqlite", kinds, w, a.device, None)
-                r["partial"] = True
+                name = f"state-{w}-{'ahead' if ahead else 'plain'}.sqlite"
+                r, detail = summarise(work / name, kinds, w, a.device, None)
+                r["partial"], r["prepare_ahead"] = True, ahead
+            r["spread"] = spread(detail)
             results.append({"summary": r, "rows": detail})
             print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}"
                            for k, v in r.items()), flush=True)
