@@ -233,15 +233,17 @@ class Evaluation:
                                f"{judge_ms:.3f} ms")
         return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms,
                 "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
-                "threads": int(reply.get("threads", -1))}
+                "threads": int(reply.get("threads", -1)), "host_ms": _host_ms(reply)}
 
     def _check_isolation(self, stage: ErrorStage) -> None:
         """Each runner uid owns its one process; on CUDA no foreign compute process."""
         from sandbox import identity, nvml
 
         try:
+            waiting = prestart.pending()
             extra = identity.extra_runner_processes(
-                {**prestart.pending(), **{s.runner.proc.pid: s.runner.uid for s in self.sides}})
+                {**waiting, **{s.runner.proc.pid: s.runner.uid for s in self.sides}},
+                harness_uids=frozenset(waiting.values()))
         except identity.IsolationUnavailable as e:
             raise infrastructure(identity.ISOLATION_CODE, str(e)) from None
         if extra:

@@ -186,14 +186,17 @@ def _runner_processes() -> list[tuple[int, int, str]]:
     return out
 
 
-def extra_runner_processes(expected: Mapping[int, int]) -> list[ExtraProcess]:
+def extra_runner_processes(expected: Mapping[int, int],
+                           harness_uids: frozenset[int] = frozenset()) -> list[ExtraProcess]:
     """Processes under runner uids other than the live runners themselves.
 
     ``expected`` maps each live runner's pid to its uid. Any other process under a runner
     uid -- a helper, a grandchild in its own session, a zombie, a leftover of a closed
     runner -- is a process the candidate (or the current best) started that can run during
-    timing. Raises IsolationUnavailable when a live runner is not visible: the count would
-    be blind.
+    timing. ``harness_uids``: uids of runners started ahead that have loaded no module yet
+    (``sandbox.prestart``): what runs under them is the harness's own start-up (torch's
+    import runs ``ldconfig``), never candidate code. Raises IsolationUnavailable when a
+    live runner is not visible: the count would be blind.
     """
     seen = _runner_processes()
     pids = {pid for pid, _, _ in seen}
@@ -202,7 +205,7 @@ def extra_runner_processes(expected: Mapping[int, int]) -> list[ExtraProcess]:
             raise IsolationUnavailable(f"the judge cannot see runner pid {pid} in /proc: "
                                        "process counts would be blind")
     return [ExtraProcess(pid, uid, name, _owners.get(uid, "")) for pid, uid, name in seen
-            if expected.get(pid) != uid]
+            if expected.get(pid) != uid and uid not in harness_uids]
 
 
 def check_runner_processes(expected: Mapping[int, int]) -> str | None:

@@ -1,0 +1,85 @@
+"""Which runners the judge starts ahead, and when it starts the next one (scheduling only:
+the runner processes are stand-ins here; real runners are started by every e2e test)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from grader.task import load_task
+from sandbox import prestart, wire
+
+ROOT = Path(__file__).resolve().parents[2]
+CAND, CUR = "/kg/in/candidate.py", "/kg/in/current.py"
+
+
+class _Handle:
+    started: ClassVar[list[str]] = []
+
+    def __init__(self, path: str, entry: str, device: str) -> None:
+        self.path, self.device = path, device
+        _Handle.started.append(path)
+        self.proc: Any = type("P", (), {"pid": len(_Handle.started)})()
+        self.uid = 1000 + len(_Handle.started)
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture(autouse=True)
+def _fake(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prestart, "RunnerHandle", _Handle)
+    _Handle.started = []
+    prestart.close_all()
+
+
+def _request(device: str, current: str | None, **kw: Any) -> wire.JudgeRequest:
+    spec, ref = load_task(ROOT / "examples" / "vector_add")
+    return wire.JudgeRequest(wire_version=wire.WIRE_VERSION, key="00" * 32, mode="evaluate",
+                             device=device, limits=wire.LimitsWire(10.0, 20.0, None), phase_seed=7,
+                             task=spec.to_wire(), reference=ref, candidate=CAND, current=current,
+                             **kw)
+
+
+def test_on_cuda_with_cpus_to_spare_paired_timing_and_its_replicate_find_runners_ready(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prestart, "usable_cpus", lambda: 16.0)
+    prestart.start(_request("cuda", CUR))
+    # all at the start (no import beside a measurement): 3 candidate runners, 2 current
+    assert sorted(_Handle.started) == sorted([CAND] * 3 + [CUR] * 2)
+    assert len(prestart.pending()) == 5
+    for _ in range(3):
+        assert prestart.take(CAND) is not None
+    assert prestart.take(CUR) is not None and prestart.take(CUR) is not None
+    assert prestart.take(CAND) is None and prestart.take(CUR) is None
+    assert len(_Handle.started) == 5  # nothing started after the judge's start
+    prestart.close_all()
+    assert prestart.pending() == {}
+
+
+@pytest.mark.parametrize("device,current,cpus", [("cpu", CUR, 16.0), ("cuda", None, 16.0),
+                                                 ("cuda", CUR, 2.0)])
+def test_otherwise_one_runner_per_module(monkeypatch: pytest.MonkeyPatch, device: str,
+                                         current: str | None, cpus: float) -> None:
+    monkeypatch.setattr(prestart, "usable_cpus", lambda: cpus)
+    prestart.start(_request(device, current))
+    assert sorted(_Handle.started) == sorted([CAND, *([current] if current else [])])
+    assert prestart.take(CAND) is not None and prestart.take(CAND) is None
+    assert len(_Handle.started) == (2 if current else 1)
+
+
+def test_sanitized_or_other_modes_start_nothing() -> None:
+    req = _request("cuda", CUR)
+    prestart.start(dataclasses.replace(req, mode="profile"))
+    prestart.start(dataclasses.replace(req, sanitize=wire.SanitizeWire(tool="memcheck")))
+    assert _Handle.started == []
+
+
+def test_usable_cpus_is_positive_and_at_most_the_affinity() -> None:
+    import os
+
+    assert 0 < prestart.usable_cpus() <= len(os.sched_getaffinity(0))
