@@ -48,6 +48,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
                 break
     for side, who in ((cand, "candidate: "), (cur, "current best: ")):
         try:
+            clocks[id(side)].top_up(slots, threads[id(side)])
             clocks[id(side)].raise_if_escaped(who)
         except StageFailure as e:
             raise (e.renamed("current_") if side is cur else e) from None

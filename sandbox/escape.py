@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sandbox.stats import median
+
+# The judge-clock budget on a GPU, ms per call: at least GPU_FLOOR_MS (honest paired
+# calls on an H200 showed a systematic +0.09..+0.13 ms over their empty calls, the real
+# call's flush following the judge's writes of fresh inputs), growing with the measured
+# noise up to NOISE_CAP_MS.
+GPU_FLOOR_MS = 0.2
+NOISE_CAP_MS = 0.4
 
 
 def _median(xs: list[float]) -> float:
@@ -19,9 +27,10 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
     Two clocks, two checks:
 
     * the judge's own clock: honest calls satisfy ``judge = overhead + ms``, so
-      ``median(judge - ms) - median(noop overhead)`` is near zero, plus the host's launch
-      cost on GPUs (hidden behind the cold-cache flush), hence a 0.08 ms floor there. It
-      catches a tampered clock whatever the device. On the CPU the judge's clock is the
+      ``median(judge - ms) - median(noop overhead)`` is near zero up to the noise of the
+      round trip; on GPUs the budget is GPU_FLOOR_MS, a quarter of the call, or four
+      standard errors of that estimate, whichever is largest (``noise_ms`` in the result). It catches a tampered clock
+      whatever the device. On the CPU the judge's clock is the
       time itself, so a runner that lies gains nothing; the check stays as evidence of
       tampering and fires only on a gross lie: the runner claims under a tenth of what
       the judge measured (budget 90% of the call, at least 2 ms).
@@ -37,16 +46,27 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
         # the runner descheduled between its clock and its reply); a tampered clock (the
         # runtime attack slows it 100x) hides 99%.
         budget = max(2.0, 0.9 * (_median(judge_ms) - _median(noop_overhead)))
+        noise = 0.0
     else:
-        # Empty calls take the real call's path, so honest calls measured -0.022..+0.011 ms
-        # here on an H200 (12 evaluations, docs/BENCHMARKS.md; 0.10 ms before empty calls
-        # took that path). The floor leaves a wide margin for host jitter; it is also the
-        # most a runner lying about its events can shave off a short kernel.
-        budget = max(0.08, 0.25 * med_ms)
+        # The judge's round trip on a GPU (two pipe wake-ups across uids, three device
+        # syncs, the flush) took 0.5-0.9 ms per call on an H200; with 10 calls its median
+        # moved by up to 0.12 ms between the real and the empty calls of honest kernels,
+        # and paired timing showed a systematic +0.09..+0.13 ms (docs/security-review.md):
+        # a fixed 0.08 ms budget disqualified honest kernels. The budget is the floor, or
+        # four standard errors of the measured difference (from the spread of the paired
+        # differences: MAD, robust to the outliers a loaded host makes) when larger.
+        noise = _noise(judge_ms, ms, noop_overhead)
+        budget = max(GPU_FLOOR_MS, 0.25 * med_ms, min(4.0 * noise, NOISE_CAP_MS))
     hidden = _median([j - m for j, m in zip(judge_ms, ms, strict=True)]) - _median(noop_overhead)
     out: dict[str, Any] = {"hidden_ms": hidden, "budget_ms": budget, "escaped": hidden > budget,
                            "flagged": sum(1 for j, m in zip(judge_ms, ms, strict=True)
                                           if j - m > 2 * (_median(noop_overhead) + budget))}
+    if noise:
+        out["noise_ms"] = noise
+        # A round trip too noisy to bound the runner's events by even NOISE_CAP_MS: not
+        # evidence against the candidate (a loaded host makes it), but no pass either; a
+        # runner could widen the budget by making its replies noisy.
+        out["unreliable"] = 4.0 * noise > NOISE_CAP_MS
     if device != "cpu" and tails and noop_tails:
         # Honest tails on an H200 spread -5.4..+8.3 us around the empty call's (the host's
         # latency between the sync returning and the marker being recorded, under the
@@ -57,3 +77,15 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
         if tail_hidden > tail_budget:
             out.update({"escaped": True, "hidden_ms": tail_hidden, "budget_ms": tail_budget})
     return out
+
+
+def _noise(judge_ms: list[float], ms: list[float], noop_overhead: list[float]) -> float:
+    """Standard error of the hidden-time estimate: the spread (1.4826 x MAD) of the paired
+    differences (real call's round trip less its events, less the empty call's overhead),
+    times 1.2533 / sqrt(n) for a median."""
+    d = [(j - m) - o for j, m, o in zip(judge_ms, ms, noop_overhead, strict=False)]
+    if len(d) < 5:
+        return 0.0
+    mid = median(d)
+    mad = median([abs(x - mid) for x in d])
+    return 1.2533 * 1.4826 * mad / math.sqrt(len(d))

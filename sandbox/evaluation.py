@@ -297,8 +297,9 @@ class Evaluation:
                          expected=expected, where={"dims": dict(self.bench_dims), "phase": stage},
                          buf=buf)
 
-    def noop(self, side: Side, stage: ErrorStage) -> tuple[float, float, float]:
-        """An empty timed call: (judge round trip, its validated event time, its idle tail).
+    def noop(self, side: Side, stage: ErrorStage) -> tuple[float, float, float, tuple[float, float]]:
+        """An empty timed call: (judge round trip, its validated event time, its idle tail,
+        the runner's host time before and after its timed region).
 
         The runner's figures are validated against the judge's own round trip: finite,
         non-negative, and no longer than the round trip that contained them.
@@ -314,7 +315,7 @@ class Evaluation:
             raise StageFailure(stage, "timing_inconsistent",
                                f"an empty call claimed {r.get('ms')!r} ms (tail {r.get('tail_ms')!r}) "
                                f"but the judge saw {judge_ms:.3f} ms")
-        return judge_ms, ms, tail
+        return judge_ms, ms, tail, _host_ms(r)
 
     def noop_threads(self, side: Side, stage: ErrorStage) -> int:
         """The runner's thread count after an empty call (its word: a lower bound check)."""
@@ -354,6 +355,16 @@ class Evaluation:
         for side in list(self.sides):
             self.close_side(side)
         prestart.close_all()
+
+
+def _host_ms(reply: dict[str, Any]) -> tuple[float, float]:
+    """The runner's host time before and after its timed region (its word: diagnostics)."""
+    h = reply.get("host_ms")
+    if isinstance(h, list) and len(h) == 2:
+        a, b = _num(h[0]), _num(h[1])
+        if a is not None and b is not None:
+            return a, b
+    return -1.0, -1.0
 
 
 def _num(x: Any) -> float | None:

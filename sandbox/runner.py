@@ -27,7 +27,7 @@ from sandbox.op_audit import AuditTampered, audited, report
 from sandbox.proc import runner_arg_parser
 from sandbox.returned import Returned
 from sandbox.tensors import DTYPES
-from sandbox.timing import Timer, thread_count
+from sandbox.timing import Timer, _perf_ns, thread_count
 
 _T_IMPORTED = time.monotonic()
 
@@ -184,6 +184,7 @@ class Runner:
 
     def call(self, msg: dict[str, Any]) -> dict[str, Any]:
         assert self.timer is not None
+        t_in = _perf_ns()
         noop = bool(msg.get("noop"))
         # An empty call takes the same path as a real one (audit, flags, the same reply),
         # so that the judge's overhead estimate holds everything but the launch itself.
@@ -204,12 +205,16 @@ class Runner:
             return timer.time_call(call)
 
         audit = None
+        t_timed = t_done = 0
         try:
             if self.audit_ops:
                 run, audit = audited(timed)
+                t_timed = _perf_ns()
                 ms, wall, tail = run()
             else:
+                t_timed = _perf_ns()
                 ms, wall, tail = timed()
+            t_done = _perf_ns()
         except AuditTampered as e:
             return _error("op_audit_tampered", e, self.path)
         except BaseException as e:
@@ -221,6 +226,9 @@ class Runner:
                  "flags_ok": flags_ok, "streams": self.streams_created, "stream_ok": stream_ok}
         if audit is not None:
             reply["audit"] = report(audit)
+        # Where the runner's own host time went around the timed region (diagnostics of
+        # the judge's escape check; untrusted, never decisive): before it, and after it.
+        reply["host_ms"] = [(t_timed - t_in) / 1e6, (_perf_ns() - t_done) / 1e6]
         return reply
 
     def collect(self, msg: dict[str, Any]) -> dict[str, Any]:

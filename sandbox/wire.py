@@ -241,6 +241,7 @@ class TimingRecord:
     device_state: tuple[dict[str, Any], ...] = ()
     device_state_unmeasured: str | None = None
     escape: dict[str, float] = field(default_factory=dict)
+    noop_overhead_ms: tuple[float, ...] = ()  # each empty call's round trip less its events
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,12 @@ class TimingStats(_Model):
         description="The escape check's numbers: hidden_ms (judge-clock time the timed region "
                     "did not see, per call), budget_ms, and on CUDA tail_hidden_ms/tail_budget_ms.")
     unmeasured: dict[str, str] = Field(default_factory=dict)
+    clocks: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="Raw per-call figures behind the escape check, in call order: samples_ms "
+                    "(the deciding times), judge_ms (the judge's round trip of each timed "
+                    "call) and noop_overhead_ms (each interleaved empty call's round trip "
+                    "less its own events).")
 
 
 class RuleOutcome(_Model):

@@ -41,7 +41,9 @@ def timing_stats(spec: TaskSpec, t: wire.TimingRecord, device: str,
                        checked_calls=t.checked_calls, check_policy=t.check_policy,
                        flagged_samples=t.flagged_samples, roofline_floor_ms=floor,
                        device_state=list(t.device_state), escape=dict(t.escape),
-                       unmeasured=unmeasured)
+                       unmeasured=unmeasured,
+                       clocks={"samples_ms": list(t.samples_ms), "judge_ms": list(t.judge_ms),
+                               "noop_overhead_ms": list(t.noop_overhead_ms)})
 
 
 def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
