@@ -9,8 +9,11 @@
 #           GPU 0, meanwhile: three cold `kgrader run`s of examples/vector_add, then the
 #                  leaderboard on one GPU with --prepare-ahead (LB_AHEAD submissions) and
 #                  without (LB_PLAIN submissions), honest kinds only (good, slow).
-#   PART=2  the leaderboard on both GPUs with --prepare-ahead (LB2 submissions), then
-#           ~1 ms decisions: A/A on GPU 0 while the injected slowdowns run on GPU 1.
+#   PART=2  three cold runs; then the leaderboard on GPU 0 with --prepare-ahead (LB_AHEAD)
+#           while GPU 1 runs the ~10 us / ~100 us decisions; then the leaderboard on both
+#           GPUs with --prepare-ahead (LB2 submissions, LB2_S seconds at most).
+#   PART=4  PART=2 shortened (DEC_S, LB1_S, LB2_S seconds).
+#   PART=3  ~1 ms decisions: A/A on GPU 0 while the injected slowdowns run on GPU 1 (DEC_S).
 # Usage on the device: OUT=... PART=1 bash bench/gpu_pipeline.sh
 set -u
 source bench/gpu_env.sh || exit 1
@@ -28,6 +31,13 @@ cold() {  # three cold CLI runs on GPU 0, one JSON line each
   done
 }
 
+small_decisions() {  # GPU $1, timeout $2: A/A and injected slowdowns at ~10 us and ~100 us
+  CUDA_VISIBLE_DEVICES=$1 timeout "$2" python3 bench/calibration.py --device cuda --parts decisions \
+      --workloads 10us,100us --budget "10us=$(( ($2 - 60) * 2 / 5 )),100us=$(( ($2 - 60) * 3 / 5 ))" \
+      --out "$R/calibration_small.json" >> "$R/gpu1.log" 2>&1
+  echo "calibration small rc=$?" >> "$R/gpu1.log"
+}
+
 if [[ $PART == 1 ]]; then
   (
     CUDA_VISIBLE_DEVICES=1 python3 -m grader.cli calibrate --backend bwrap --device cuda --json \
@@ -39,10 +49,7 @@ if [[ $PART == 1 ]]; then
           --backend bwrap --device cuda --gpu 1 $j > "$R/profile_matmul_slow.$fmt" 2>> "$R/gpu1.log"
       echo "profile $fmt rc=$? wall=$((SECONDS - t0))" >> "$R/gpu1.log"
     done
-    CUDA_VISIBLE_DEVICES=1 timeout 420 python3 bench/calibration.py --device cuda --parts decisions \
-        --workloads 10us,100us --budget 10us=100,100us=140 --out "$R/calibration_small.json" \
-        >> "$R/gpu1.log" 2>&1
-    echo "calibration small rc=$?" >> "$R/gpu1.log"
+    small_decisions 1 420
   ) &
   cold
   timeout 200 python3 bench/leaderboard.py --device cuda --workers 1 --kinds good slow \
@@ -50,15 +57,29 @@ if [[ $PART == 1 ]]; then
   timeout 240 python3 bench/leaderboard.py --device cuda --workers 1 --kinds good slow \
       --submissions "${LB_PLAIN:-8}" --prepare-ahead off --json "$R/lb_plain.json" > "$R/lb_plain.txt" 2>&1
   wait
+elif [[ $PART == 2 ]]; then
+  cold
+  small_decisions 1 260 &
+  timeout 200 python3 bench/leaderboard.py --device cuda --workers 1 --kinds good slow \
+      --submissions "${LB_AHEAD:-10}" --prepare-ahead on --json "$R/lb_ahead.json" > "$R/lb_ahead.txt" 2>&1
+  wait
+  timeout "${LB2_S:-170}" python3 bench/leaderboard.py --device cuda --workers 2 --kinds good slow \
+      --submissions "${LB2:-16}" --prepare-ahead on --json "$R/lb_two.json" > "$R/lb_two.txt" 2>&1
+elif [[ $PART == 4 ]]; then  # the short version of 2, for what device time is left
+  cold
+  small_decisions 1 "${DEC_S:-200}" &
+  timeout "${LB1_S:-150}" python3 bench/leaderboard.py --device cuda --workers 1 --kinds good slow \
+      --submissions "${LB_AHEAD:-12}" --prepare-ahead on --json "$R/lb_ahead.json" > "$R/lb_ahead.txt" 2>&1
+  wait
+  timeout "${LB2_S:-120}" python3 bench/leaderboard.py --device cuda --workers 2 --kinds good slow \
+      --submissions "${LB2:-12}" --prepare-ahead on --json "$R/lb_two.json" > "$R/lb_two.txt" 2>&1
 else
-  timeout 240 python3 bench/leaderboard.py --device cuda --workers 2 --kinds good slow \
-      --submissions "${LB2:-40}" --prepare-ahead on --json "$R/lb_two.json" > "$R/lb_two.txt" 2>&1
-  CUDA_VISIBLE_DEVICES=0 timeout 330 python3 bench/calibration.py --device cuda --parts decisions \
-      --workloads 1ms --scenarios aa --aa 130 --budget 1ms=280 --out "$R/calibration_1ms_aa.json" \
-      > "$R/cal_aa.log" 2>&1 &
-  CUDA_VISIBLE_DEVICES=1 timeout 330 python3 bench/calibration.py --device cuda --parts decisions \
-      --workloads 1ms --scenarios gain1,gain2 --power 60 --budget 1ms=280 \
-      --out "$R/calibration_1ms_gain.json" > "$R/cal_gain.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=0 timeout "${DEC_S:-200}" python3 bench/calibration.py --device cuda \
+      --parts decisions --workloads 1ms --scenarios aa --aa 130 --budget "1ms=$((${DEC_S:-200} - 40))" \
+      --out "$R/calibration_1ms_aa.json" > "$R/cal_aa.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 timeout "${DEC_S:-200}" python3 bench/calibration.py --device cuda \
+      --parts decisions --workloads 1ms --scenarios gain1,gain2 --power 60 \
+      --budget "1ms=$((${DEC_S:-200} - 40))" --out "$R/calibration_1ms_gain.json" > "$R/cal_gain.log" 2>&1 &
   wait
 fi
 tar -czf "$OUT/pipeline-$PART.tgz" -C "$R" .

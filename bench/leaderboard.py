@@ -58,11 +58,14 @@ def make_submissions(root: Path, n: int, tasks: tuple[str, ...], kinds: tuple[st
 
 
 def _seen(report_json: str | None) -> dict[str, object]:
+    """The GPU the judge saw and where the evaluation's time went (sandbox phases)."""
     try:
-        env = json.loads(report_json or "{}").get("environment") or {}
+        r = json.loads(report_json or "{}")
     except ValueError:
         return {}
-    return {k: env.get(k) for k in ("device_uuid", "visible_devices", "device_nodes")}
+    env = r.get("environment") or {}
+    return {**{k: env.get(k) for k in ("device_uuid", "visible_devices", "device_nodes")},
+            "phases": (r.get("sandbox") or {}).get("phases")}
 
 
 def one(subs: Path, kinds: dict[str, str], workers: int, work: Path, device: str,
