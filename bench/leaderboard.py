@@ -163,11 +163,14 @@ def main() -> None:
         results = []
         modes = {"off": [False], "on": [True], "both": [True, False]}[a.prepare_ahead]
         for w, ahead in [(w, m) for w in a.workers for m in modes]:
+            t_run = time.monotonic()
             try:
                 r, detail = one(work / "subs", kinds, w, work, a.device, tasks, ahead)
             except KeyboardInterrupt:  # report the evaluations that finished, marked partial
                 name = f"state-{w}-{'ahead' if ahead else 'plain'}.sqlite"
-                r, detail = summarise(work / name, kinds, w, a.device, None)
+                # the run's own span (reference checks included): with --prepare-ahead two
+                # evaluations per GPU overlap, so the sum of their walls would overstate it
+                r, detail = summarise(work / name, kinds, w, a.device, time.monotonic() - t_run)
                 r["partial"], r["prepare_ahead"] = True, ahead
             r["spread"] = spread(detail)
             results.append({"summary": r, "rows": detail})
