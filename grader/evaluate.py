@@ -146,7 +146,7 @@ def write_secret(out_dir: Path, request: wire.JudgeRequest) -> None:
 
 def limits_wire(limits: Limits) -> wire.LimitsWire:
     return wire.LimitsWire(compile_s=limits.compile_s, run_s=limits.run_s,
-                           gpu_memory_mib=limits.gpu_memory_mib)
+                           gpu_memory_mib=limits.gpu_memory_mib, memory_mib=limits.memory_mib)
 
 
 def stage_files(req: EvalRequest, device: wire.Device, floor_ms: float | None) -> Staged:

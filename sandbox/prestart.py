@@ -9,8 +9,9 @@ under its own uid: nothing is shared between candidates.
 
 On CUDA, paired timing opens fresh runners for both sides (and again for the replicate),
 each a torch import of 3-4 s on the evaluation's critical path. Where the sandbox has the
-CPUs for it (at least :data:`MIN_CPUS_AHEAD`), those are started with the others, at the
-judge's start: three for the candidate, two for the current best. None starts later, so no
+CPUs and the memory for it (:data:`MIN_CPUS_AHEAD`, :data:`MIN_MEMORY_MIB_AHEAD`), those
+are started with the others, at the judge's start: three for the candidate, two for the
+current best. None starts later, so no
 import runs beside a measurement; a replicate's pair that is not needed is closed unused.
 Standard library only (it runs before torch is imported).
 """
@@ -24,6 +25,9 @@ from sandbox.proc import RunnerFailure, RunnerHandle
 from sandbox.wire import JudgeRequest
 
 MIN_CPUS_AHEAD = 4
+# Five runners and the judge, each with torch imported (~0.4-0.6 GB), must fit in the
+# sandbox's memory limit with room for the evaluation itself.
+MIN_MEMORY_MIB_AHEAD = 4096
 
 _ready: dict[str, list[RunnerHandle]] = {}
 _device = "cpu"
@@ -52,7 +56,9 @@ def start(req: JudgeRequest) -> None:
     if req.mode != "evaluate" or req.task is None or req.sanitize is not None:
         return
     _device, _entry = ("cuda" if req.device == "cuda" else "cpu"), req.task.entrypoint
-    ahead = _device == "cuda" and bool(req.current) and usable_cpus() >= MIN_CPUS_AHEAD
+    memory = req.limits.memory_mib
+    ahead = (_device == "cuda" and bool(req.current) and usable_cpus() >= MIN_CPUS_AHEAD
+             and (memory is None or memory >= MIN_MEMORY_MIB_AHEAD))
     for path in (req.candidate, req.current):
         if path and path not in _ready:
             # candidate: compile..benchmark, paired timing, replicate; current: the last two

@@ -153,6 +153,7 @@ class LimitsWire:
     compile_s: float
     run_s: float
     gpu_memory_mib: int | None
+    memory_mib: int | None = None  # the sandbox's memory limit (the backend enforces it)
 
 
 @dataclass(frozen=True)

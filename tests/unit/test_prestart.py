@@ -61,12 +61,16 @@ def test_on_cuda_with_cpus_to_spare_paired_timing_and_its_replicate_find_runners
     assert prestart.pending() == {}
 
 
-@pytest.mark.parametrize("device,current,cpus", [("cpu", CUR, 16.0), ("cuda", None, 16.0),
-                                                 ("cuda", CUR, 2.0)])
+@pytest.mark.parametrize("device,current,cpus,memory", [
+    ("cpu", CUR, 16.0, None), ("cuda", None, 16.0, None), ("cuda", CUR, 2.0, None),
+    ("cuda", CUR, 16.0, 2048)])
 def test_otherwise_one_runner_per_module(monkeypatch: pytest.MonkeyPatch, device: str,
-                                         current: str | None, cpus: float) -> None:
+                                         current: str | None, cpus: float,
+                                         memory: int | None) -> None:
     monkeypatch.setattr(prestart, "usable_cpus", lambda: cpus)
-    prestart.start(_request(device, current))
+    req = _request(device, current)
+    prestart.start(dataclasses.replace(req, limits=dataclasses.replace(req.limits,
+                                                                       memory_mib=memory)))
     assert sorted(_Handle.started) == sorted([CAND, *([current] if current else [])])
     assert prestart.take(CAND) is not None and prestart.take(CAND) is None
     assert len(_Handle.started) == (2 if current else 1)
