@@ -38,3 +38,17 @@ def test_timing_cheats_are_caught_on_cuda(attack: str, code: str) -> None:
                              candidate=ROOT / "tests/attacks/runtime" / attack, backend="bwrap",
                              device="cuda", policy=str(ROOT / "tests/policies/runtime-only.toml")))
     assert not r.ok and r.errors[0].code in {code, "work_escaped_timing", "wrong_values"}
+
+
+def test_a_task_with_few_timed_samples_rests_its_escape_check_on_40_calls() -> None:
+    """matmul times 10 calls (5 samples x 2 reps); the judge-clock check needs more."""
+    r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/matmul",
+                             candidate=ROOT / "examples/matmul/candidates/good.py",
+                             backend="bwrap", device="cuda"))
+    assert r.ok, r.errors
+    assert r.timing is not None and r.timing.samples == 10
+    clocks = r.timing.clocks
+    assert len(clocks["samples_ms"]) == 10
+    assert len(clocks["judge_ms"]) >= 40 and len(clocks["noop_overhead_ms"]) >= 40
+    esc = r.timing.escape
+    assert esc["budget_ms"] >= 0.2 and esc["hidden_ms"] <= esc["budget_ms"]
