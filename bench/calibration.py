@@ -7,9 +7,10 @@ runs through the real sandbox (bwrap) and the real judge/runner protocol:
 1. A/A: the same source as current and candidate (separately loaded runners and buffers),
    ``--aa`` decisions of ``--pairs`` pairs per workload; the false-accept rate of each rule
    and the 95% spread of the measured speed-up at 100 pairs.
-2. Injected slowdowns of 1% and 2% (the current's every program moves 1% / 2% more bytes,
-   same programs and waves): the true effect measured from the pairs themselves, detection
-   power within 50 pairs for the controlled and the ``gain`` rule, mean pairs to a decision.
+2. Injected slowdowns of 1% and 2% (the current's every program moves 1% / 2% more bytes
+   with a vector of that size, same programs and waves): the true effect measured from the
+   pairs themselves, detection power within 50 pairs for the controlled and the ``gain``
+   rule, mean pairs to a decision.
 3. Timing cheats (side stream, background thread, batch-and-skip, lazy output), each
    graded by the full pipeline with the static scan off: caught means "did not pass".
 4. Overhead: grader wall time per evaluation against the kernel time it measured.
@@ -55,21 +56,23 @@ EXTRA = {extra}
 
 
 @triton.jit
-def _scale(x_ptr, y_ptr, s_ptr, n, per_prog, BLOCK: tl.constexpr):
+def _scale(x_ptr, y_ptr, s_ptr, n, per_prog, BLOCK: tl.constexpr, EXTRA_BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2.0, mask=m)
-    # Injected slowdown: every program also reads and writes ``per_prog`` elements of a
-    # scratch buffer, EXTRA of its own traffic. Same programs, same waves: the extra cost
-    # scales with the bytes at every size (extra *programs* spilled into a new wave at
-    # 10 us and cost ten times the nominal fraction). Zero for the honest side, which
-    # runs the same code with every extra lane masked off.
-    r = tl.arange(0, BLOCK)
-    me = r < per_prog
-    e = pid * per_prog + r
-    v = tl.load(s_ptr + e, mask=me, other=0.0)
-    tl.store(s_ptr + e, v + 1.0, mask=me)
+    # Injected slowdown: every program also reads and writes ``per_prog`` contiguous
+    # elements of a scratch buffer, EXTRA of its own traffic, with a vector of its own size
+    # (EXTRA_BLOCK, compiled out for the honest side): same programs, same waves, and an
+    # instruction count that grows with the bytes. (Extra *programs* spilled into a new
+    # wave at 10 us; extra lanes masked off over the whole BLOCK cost ~18% at 10 us and
+    # ~6% at 100 us whatever the fraction: H200, 2026-11-30.)
+    if EXTRA_BLOCK > 0:
+        r = tl.arange(0, EXTRA_BLOCK)
+        me = r < per_prog
+        e = pid * per_prog + r
+        v = tl.load(s_ptr + e, mask=me, other=0.0)
+        tl.store(s_ptr + e, v + 1.0, mask=me)
 
 
 _scratch = {{}}
@@ -79,10 +82,11 @@ def _run(x, y):
     n = x.numel()
     grid = triton.cdiv(n, 4096)
     per_prog = int(round(4096 * EXTRA))
+    extra_block = triton.next_power_of_2(per_prog) if per_prog else 0
     s = _scratch.get((per_prog, x.device))
     if s is None:
         s = _scratch[(per_prog, x.device)] = torch.zeros(max(grid * per_prog, 1), device=x.device)
-    _scale[(grid,)](x, y, s, n, per_prog, BLOCK=4096)
+    _scale[(grid,)](x, y, s, n, per_prog, BLOCK=4096, EXTRA_BLOCK=extra_block)
 
 
 _calls = [0]
