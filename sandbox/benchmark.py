@@ -36,7 +36,7 @@ class SideClock:
         self.noop_tails: list[float] = []
         self.host: list[tuple[float, float]] = []
         self.noop_host: list[tuple[float, float]] = []
-        self.deciding: int | None = None  # calls that decide the time (set by freeze())
+        self.deciding: int | None = None  # calls that decide the time (set by top_up())
 
     def add(self, r: dict[str, Any]) -> None:
         self.ms.append(r["ms"])
@@ -62,7 +62,7 @@ class SideClock:
 
     def top_up(self, slots: list[Slot], base_threads: int) -> None:
         """On CUDA, timed calls for the escape check alone, up to ESCAPE_MIN_CALLS: the
-        calls so far keep deciding the time (``freeze``). The judge's round trip spreads
+        calls so far keep deciding the time (``deciding``). The judge's round trip spreads
         over ~0.5-0.9 ms on an H200, and the median of 10 of them (a task with 5 samples x
         2 reps) moved by up to 0.12 ms between real and empty calls of honest kernels."""
         self.deciding = len(self.ms)

@@ -74,7 +74,6 @@ class LocalEngine:
             for _ in range(max(1, workers or 1)):
                 self.slots.put(((), None))
         self.workers = self.slots.qsize()
-        self.prepare_ahead = prepare_ahead
 
     def _one(self, job: Job) -> JobOutcome:
         slot = self.slots.get()

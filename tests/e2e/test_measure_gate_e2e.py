@@ -4,8 +4,6 @@ takes its turn before the container starts."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -16,34 +14,18 @@ from grader.backends.gate import MeasureGate
 from grader.evaluate import EvalRequest, evaluate
 from grader.report.model import Report
 
+from ._backends import backend_or_skip
+
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "vector_add_small"
 HOLD_S = 8.0
-
-
-def _backend_or_skip(name: str) -> str:
-    """bwrap where installed; docker where a daemon and the image answer (CI requires it)."""
-    if name == "bwrap":
-        if shutil.which("bwrap") is None:
-            pytest.skip("bubblewrap is not installed")
-        return name
-    from grader.backends.select import select_backend
-    from grader.errors import SandboxUnavailableError
-
-    try:
-        select_backend("docker", "cpu")
-    except SandboxUnavailableError as e:
-        if os.environ.get("CI") or os.environ.get("KGRADER_REQUIRE_DOCKER"):
-            pytest.fail(f"docker backend unavailable: {e}")
-        pytest.skip(f"docker backend unavailable: {e}")
-    return name
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "docker"])
 def test_a_gated_evaluation_waits_for_the_device_then_passes(backend: str) -> None:
     gate = MeasureGate("test")
     req = EvalRequest.from_paths(SMALL, SMALL / "candidates" / "good.py",
-                                 backend=_backend_or_skip(backend), device="cpu", gate=gate)
+                                 backend=backend_or_skip(backend), device="cpu", gate=gate)
     reports: list[Report] = []
     with gate.held():
         th = threading.Thread(target=lambda: reports.append(evaluate(req)))

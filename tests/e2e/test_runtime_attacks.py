@@ -7,13 +7,14 @@ Each case names the stage and the codes the report may show; none may pass.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from grader.evaluate import EvalRequest, evaluate
+
+from ._backends import backend_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "vector_add_small"
@@ -59,27 +60,12 @@ def test_every_runtime_attack_has_a_case() -> None:
     assert {p.name for p in ATTACKS.glob("*.py")} == set(CASES)
 
 
-def _backend_or_skip(name: str) -> str:
-    """bwrap always; docker where a daemon and the image answer (CI requires it)."""
-    if name == "docker":
-        from grader.backends.select import select_backend
-        from grader.errors import SandboxUnavailableError
-
-        try:
-            select_backend("docker", "cpu")
-        except SandboxUnavailableError as e:
-            if os.environ.get("CI") or os.environ.get("KGRADER_REQUIRE_DOCKER"):
-                pytest.fail(f"docker backend unavailable: {e}")
-            pytest.skip(f"docker backend unavailable: {e}")
-    return name
-
-
 @pytest.mark.parametrize("backend", ["bwrap", "docker"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_runtime_attack_is_stopped_with_its_stage_and_code(name: str, backend: str) -> None:
     stages, codes = CASES[name]
     report = evaluate(EvalRequest.from_paths(task_dir=TASK, candidate=ATTACKS / name,
-                                             backend=_backend_or_skip(backend), device="cpu",
+                                             backend=backend_or_skip(backend), device="cpu",
                                              policy=RUNTIME_ONLY, limits=dict(LIMITS)))
     assert not report.ok, report.model_dump_json(indent=1)
     first = report.errors[0]
