@@ -12,6 +12,8 @@ import math
 import operator
 from typing import Any
 
+from grader.astparse import parse_expression
+
 _BINOPS: dict[type[ast.operator], Any] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
     ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow,
@@ -24,7 +26,7 @@ def compile_expr(expr: str) -> ast.expr:
     if len(expr) > 500:
         raise ValueError("expression longer than 500 characters")
     try:
-        tree = ast.parse(expr, mode="eval")
+        tree = parse_expression(expr)
     except SyntaxError as e:
         raise ValueError(f"not an arithmetic expression: {expr!r} ({e.msg})") from None
     for node in ast.walk(tree):

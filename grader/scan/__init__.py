@@ -7,11 +7,11 @@ are data (``policies/*.toml``, see :mod:`grader.scan.policy`).
 
 from __future__ import annotations
 
-import ast
 import gc
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.astparse import parse_module
 from grader.errors import CandidateFileError
 from grader.report.model import Finding, ScanSummary
 from grader.scan.matchers import compile_policy
@@ -73,7 +73,7 @@ def scan_source(source: str, policy: Policy, filename: str = "<candidate>") -> S
 
 def _scan(source: str, policy: Policy, filename: str) -> list[Finding]:
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse_module(source, filename=filename)
     except SyntaxError as e:
         msg = f"the file does not parse: {e.msg}"
         return [_fatal("syntax-error", msg, filename, e.lineno, e.offset, source)]

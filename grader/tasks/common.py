@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from grader.astparse import parse_module
 from grader.errors import TaskError
 from grader.task import TaskSpec, format_validation_error
 
@@ -50,7 +51,7 @@ def read_source(path: Path) -> tuple[str, ast.Module]:
     except OSError as e:
         raise TaskError(f"{path}: cannot read ({e.strerror})") from None
     try:
-        return text, ast.parse(text, filename=str(path))
+        return text, parse_module(text, filename=str(path))
     except SyntaxError as e:
         raise TaskError(f"{path}:{e.lineno}: not valid Python: {e.msg}") from None
 
