@@ -25,6 +25,15 @@ _cuda_sync = torch.cuda.synchronize
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
+_device_sleep = torch.cuda._sleep
+
+# Device time between the host's last pre-call enqueue and the start event: a sleep kernel
+# after the flush, so that the candidate's launch (Triton's host path is 20-40 us, more on
+# a CPU far from the GPU) is queued before the start event fires. Without it the flush
+# alone (~45 us for 128 MiB on an H200) was the lead, and on an H200 one runner of two
+# identical kernels measured 1.5% (0.2 us of 13 us) slower than the other in every one of
+# 120 A/A decisions: its launches came late, and the gap was timed.
+LAUNCH_LEAD_US = 100.0
 
 # Last-level cache sizes for parts whose driver does not report them usefully.
 # ROCm MI300X: 256 MB Infinity Cache -> flush >= 1 GiB (DESIGN.md).
@@ -76,7 +85,14 @@ class Timer:
             n = flush_bytes(device, flush_mib)
             self._flush_buf = torch.empty(n, dtype=torch.uint8, device=device)
         self.flush_nbytes = 0 if self._flush_buf is None else self._flush_buf.numel()
+        self.lead_us = 0.0
+        self._lead_cycles = 0
         if device == "cuda":
+            # SM cycles of LAUNCH_LEAD_US at the part's top clock: a slower clock only
+            # lengthens the lead.
+            khz = int(getattr(torch.cuda.get_device_properties(0), "clock_rate", 0) or 2_000_000)
+            self._lead_cycles = int(LAUNCH_LEAD_US * khz / 1e3)
+            self.lead_us = LAUNCH_LEAD_US
             self._start = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
             self._end = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
             self._idle = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
@@ -97,6 +113,7 @@ class Timer:
         if self.device == "cuda":
             _cuda_sync()
             self._flush()
+            _device_sleep(self._lead_cycles)  # type: ignore[no-untyped-call]  # launch queued before start
             w0 = _perf_ns()
             _record(self._start)
             fn()

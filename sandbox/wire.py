@@ -243,6 +243,7 @@ class TimingRecord:
     device_state_unmeasured: str | None = None
     escape: dict[str, float] = field(default_factory=dict)
     noop_overhead_ms: tuple[float, ...] = ()  # each empty call's round trip less its events
+    launch_lead_us: float = 0.0  # device time queued ahead of each start event (CUDA)
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,10 @@ class TimingStats(_Model):
         description="How each sample was taken: CUDA events around one launch, CUDA-graph "
                     "replay, or the judge's own clock (CPU).")
     cache: Literal["cold", "hot"]
+    launch_lead_us: float = Field(
+        0.0, description="CUDA: device time (a sleep kernel after the flush) queued before each "
+                         "start event, so that the call's launch is queued before timing "
+                         "starts and host launch latency is not timed.")
     dims: dict[str, int] = Field(default_factory=dict)
     checked_calls: int = 0
     check_policy: str = "all"

@@ -37,7 +37,7 @@ def timing_stats(spec: TaskSpec, t: wire.TimingRecord, device: str,
         tf = flops / (t.median * 1e-3) / 1e12
     return TimingStats(samples=t.n, mean_ms=t.mean, median_ms=t.median, p95_ms=t.p95, std_ms=t.std,
                        min_ms=t.min, cv=t.cv, bandwidth_gbps=bw, tflops=tf, device=device,
-                       clock=t.clock, mode=t.mode, cache=t.cache, dims=t.dims,
+                       clock=t.clock, mode=t.mode, cache=t.cache, launch_lead_us=t.launch_lead_us, dims=t.dims,
                        checked_calls=t.checked_calls, check_policy=t.check_policy,
                        flagged_samples=t.flagged_samples, roofline_floor_ms=floor,
                        device_state=list(t.device_state), escape=dict(t.escape),
