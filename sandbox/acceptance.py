@@ -70,12 +70,14 @@ def open_pair(ev: Evaluation, cand: Side | None = None) -> tuple[Side, Side]:
             ev.close_side(cand)
             cand = None
         bufs = paired_buffers(ev.nbytes)
-    if cand is None:
-        cand = ev.open_side(ev.req.candidate, "accept", bufs[0])
-    try:
-        cur = ev.open_side(ev.req.current, "accept", bufs[1])
-    except StageFailure as e:
-        raise e.renamed("current_", "the current best failed to load: ") from None
+    blame = ("current_", "the current best failed to load: ")
+    if cand is not None:
+        (cur,) = ev.open_sides([(ev.req.current, bufs[1])], "accept", [blame])
+        return cand, cur
+    # Both fresh: their set-up and module loads overlap (a second or more per runner on a
+    # GPU: CUDA context, imports); a failure is the candidate's when both fail.
+    cand, cur = ev.open_sides([(ev.req.candidate, bufs[0]), (ev.req.current, bufs[1])],
+                              "accept", [("", ""), blame])
     return cand, cur
 
 
@@ -104,5 +106,8 @@ def acceptance_stage(ev: Evaluation, cand: Side) -> AcceptanceRecord:
         cand2, cur2 = open_pair(ev)
     except StageFailure as e:  # a replicate that cannot start leaves the speed-up unmeasured
         return AcceptanceRecord(deciding=deciding, replicate_error=e.error.message[:500])
+    # The replicate's speed-up is the reported one: never from fewer pairs than a controlled
+    # rule's first look could accept on (the matmul example's seed rule asks for 6).
+    n_rep = max(n_seed, min(acc.looks)) if controlled else n_seed
     return AcceptanceRecord(deciding=deciding,
-                            replicate=measure_pairs(ev, cand2, cur2, n_seed, False))
+                            replicate=measure_pairs(ev, cand2, cur2, n_rep, False))

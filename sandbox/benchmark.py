@@ -118,12 +118,16 @@ def check_threads(side: Side, r: dict[str, Any], base_threads: int, stage: Error
 
 
 def warm_up(ev: Evaluation, sides: list[Side], slots: list[Slot], stage: ErrorStage) -> None:
-    """Discarded checked calls (interleaved across sides) by count and by time."""
+    """Discarded checked calls (interleaved across sides) by count and by time. The sides'
+    first calls (the JIT compile of a fresh runner) run at once."""
     b = ev.task.benchmark
     t_start, n = time.monotonic(), 0
     while n < b.warmup or (time.monotonic() - t_start) * 1e3 < b.warmup_ms:
-        for side in sides:
-            ev.timed(side, slots, True, stage)
+        if n == 0 and len(sides) > 1:
+            ev.timed_together(sides, slots, stage)
+        else:
+            for side in sides:
+                ev.timed(side, slots, True, stage)
         n += 1
 
 
@@ -166,7 +170,7 @@ def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
         flagged_samples=int(esc["flagged"]),
         overhead_budget_ms=float(esc["budget_ms"]), checked_calls=checked,
         check_policy="all" if frac >= 1.0 else f"random {frac:.0%} (judge-chosen)",
-        cache=b.cache, flush_bytes=side.flush_bytes, dims=dict(dims),
+        cache=b.cache, flush_bytes=side.flush_bytes, launch_lead_us=side.lead_us, dims=dict(dims),
         clock="cuda_event" if ev.dev == "cuda" else "perf_counter", mode=mode,
         device_state=tuple(blocks), device_state_unmeasured=why_not or None,
         escape={k: float(v) for k, v in esc.items()

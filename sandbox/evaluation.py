@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,7 +21,7 @@ from sandbox.failure import StageFailure, infrastructure
 from sandbox.outputs import collect_outputs, verify_outputs
 from sandbox.problem import make_problem
 from sandbox.proc import RunnerFailure
-from sandbox.sides import Side
+from sandbox.sides import Side, open_sides
 from sandbox.tensors import Guards, Slot, compare, poison, total_bytes
 from sandbox.wire import (
     WIRE_VERSION,
@@ -62,7 +63,7 @@ class Evaluation:
         self.diagnostics: DiagnosticsRecord | None = None  # sandbox/profiling.py
         self.phases: dict[str, float] = {}
         self.started_wall: float | None = None
-        self._runners = 0
+        self.runners_opened = 0
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         # The trusted reference, for the task's contract (sandbox.problem, sandbox.field):
@@ -123,33 +124,12 @@ class Evaluation:
         """Start a runner for ``path`` and load the module (the compile stage's work).
 
         ``buffers`` (CUDA): this side's own buffer, then the ones it trades with."""
-        t_open = time.monotonic()
-        try:
-            side = Side(path, self.task.entrypoint, self.dev, self.nbytes, self.task.benchmark,
-                        self.gpu_fraction(), self.left(self.compile_deadline),
-                        audit_ops=self.task.audit_ops and not self.trusted(path),
-                        buffers=buffers, runner=prestart.take(path),
-                        extra=self.problem.runner_setup())
-        except RunnerFailure as e:
-            if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
-                raise infrastructure(e.code, e.message, e.detail) from None
-            # Nothing of the candidate has run yet: the harness itself failed to start.
-            raise infrastructure("runner_setup_failed", "the runner harness failed before loading "
-                                 f"the candidate: {e.message}", e.detail) from None
-        self.sides.append(side)
-        self._runners += 1
-        for key, v in side.startup.items():
-            self.phases[f"runner{self._runners}_{key}"] = round(v, 4)
-        self.phase(f"runner{self._runners}_handover", t_open)  # waiting for it + its buffers
-        t_load = time.monotonic()
-        try:
-            reply = side.runner.request({"op": "load"}, self.left(self.compile_deadline),
-                                        "compile_timeout")
-        except RunnerFailure as e:
-            raise self.failure(stage, e) from None
-        self.phase(f"runner{self._runners}_load", t_load)  # importing the module
-        side.base_threads = int(reply.get("threads", -1))
-        return side
+        return self.open_sides([(path, buffers)], stage)[0]
+
+    def open_sides(self, wanted: list[tuple[str, tuple[Any, ...]]], stage: ErrorStage,
+                   renames: list[tuple[str, str]] | None = None) -> list[Side]:
+        """Several runners at once (:func:`sandbox.sides.open_sides`)."""
+        return open_sides(self, wanted, stage, renames)
 
     def trusted(self, path: str) -> bool:
         """Whether ``path`` is trusted task code (exempt from the kernel-only op audit)."""
@@ -166,6 +146,14 @@ class Evaluation:
              stage: ErrorStage, deadline: float, expected: dict[str, torch.Tensor] | None,
              where: dict[str, Any], buf: int = 0) -> dict[str, Any]:
         """Copy inputs in, poison outputs, launch, then check what the runner left."""
+        return self._finish_call(self._send_call(side, slots, inputs, stage=stage, deadline=deadline,
+                                                 expected=expected, where=where, buf=buf))
+
+    def _send_call(self, side: Side, slots: list[Slot], inputs: dict[str, torch.Tensor], *,
+                   stage: ErrorStage, deadline: float, expected: dict[str, torch.Tensor] | None,
+                   where: dict[str, Any], buf: int = 0) -> _Pending:
+        """The first half of :meth:`call`: inputs in, outputs poisoned, guards armed, request
+        sent; :meth:`_finish_call` takes the answer and checks everything."""
         buf = buf if buf < len(side.bases) else 0
         views = side.views(slots, buf)
         for s in slots:
@@ -185,10 +173,20 @@ class Evaluation:
             msg["data"] = data
         t0 = time.perf_counter()
         try:
-            reply = side.runner.request(msg, self.left(deadline))
+            side.runner.send(msg)
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
-        judge_ms = (time.perf_counter() - t0) * 1e3
+        return _Pending(side, slots, inputs, views, guards, buf, t0, stage, deadline, expected, where)
+
+    def _finish_call(self, p: _Pending, isolation: bool = True) -> dict[str, Any]:
+        side, slots, inputs, views, guards, buf = p.side, p.slots, p.inputs, p.views, p.guards, p.buf
+        stage, deadline, expected, where = p.stage, p.deadline, p.expected, p.where
+        base = side.bases[buf]
+        try:
+            reply = side.runner.receive(self.left(deadline))
+        except RunnerFailure as e:
+            raise self.failure(stage, e) from None
+        judge_ms = (time.perf_counter() - p.t0) * 1e3
         if self.problem.returns and expected is not None:
             collect_outputs(self, side, slots, buf, stage, deadline, judge_ms)
         breach = guards.first_breach(base)
@@ -198,7 +196,7 @@ class Evaluation:
                                f"the candidate wrote outside its tensors: into the guard band "
                                f"{what} ({at} bytes in) for dims {where.get('dims')}",
                                detail={**where, "region": what, "offset": at, "side": side.path})
-        if stage in ("benchmark", "accept"):
+        if isolation and stage in ("benchmark", "accept"):
             self._check_isolation(stage)
         if stage in ("benchmark", "accept") and (reply.get("streams") or reply.get("stream_ok") is False):
             raise StageFailure(stage, "side_stream",
@@ -297,6 +295,30 @@ class Evaluation:
                          expected=expected, where={"dims": dict(self.bench_dims), "phase": stage},
                          buf=buf)
 
+    def timed_together(self, sides: list[Side], slots: list[Slot], stage: ErrorStage) -> None:
+        """One checked, discarded call per side, sent to all of them before any answer is
+        read: their first calls (Triton's JIT compile, CUDA module loads) run in parallel.
+        For warm-up only: the sides' times overlap, so none is a measurement."""
+        pending = []
+        for side in sides:
+            inputs = self.inputs(slots)
+            pending.append(self._send_call(
+                side, slots, inputs, stage=stage, deadline=self.run_deadline,
+                expected=self.reference(slots, inputs),
+                where={"dims": dict(self.bench_dims), "phase": stage}))
+        failure: StageFailure | None = None
+        for p in pending:  # every answer is read, so that no reply is left in a channel
+            try:
+                # One runner's answer can come while another still compiles (Triton runs
+                # gcc under that runner's uid): the process check waits for all of them.
+                self._finish_call(p, isolation=False)
+            except StageFailure as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
+        if stage in ("benchmark", "accept"):
+            self._check_isolation(stage)
+
     def noop(self, side: Side, stage: ErrorStage) -> tuple[float, float, float, tuple[float, float]]:
         """An empty timed call: (judge round trip, its validated event time, its idle tail,
         the runner's host time before and after its timed region).
@@ -355,6 +377,23 @@ class Evaluation:
         for side in list(self.sides):
             self.close_side(side)
         prestart.close_all()
+
+
+@dataclass
+class _Pending:
+    """A call sent to a runner whose answer the judge has not read yet."""
+
+    side: Side
+    slots: list[Slot]
+    inputs: dict[str, torch.Tensor]
+    views: dict[str, torch.Tensor]
+    guards: Guards
+    buf: int
+    t0: float
+    stage: ErrorStage
+    deadline: float
+    expected: dict[str, torch.Tensor] | None
+    where: dict[str, Any]
 
 
 def _host_ms(reply: dict[str, Any]) -> tuple[float, float]:

@@ -30,8 +30,7 @@ def run_calibration(ev: Evaluation) -> None:
         t0 = time.monotonic()
         ev.compile_deadline = t0 + ev.req.limits.compile_s
         bufs = paired_buffers(ev.nbytes) if ev.dev == "cuda" else ((), ())
-        cand = ev.open_side(sc["candidate"], "compile", bufs[0])
-        cur = ev.open_side(sc["current"], "compile", bufs[1])
+        cand, cur = ev.open_sides([(sc["candidate"], bufs[0]), (sc["current"], bufs[1])], "compile")
         warm_up(ev, [cand, cur], ev.slots(), "accept")
         decisions: list[dict[str, Any]] = []
         for _ in range(int(sc.get("decisions", ev.req.calibrate.decisions))):

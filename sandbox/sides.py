@@ -6,14 +6,19 @@ import fcntl
 import mmap
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sandbox import prestart
+from sandbox.failure import StageFailure, infrastructure
 from sandbox.gpu_share import GpuBuffer, export_buffer
-from sandbox.proc import RunnerHandle
+from sandbox.proc import RunnerFailure, RunnerHandle
 from sandbox.tensors import Slot, view
-from sandbox.wire import BenchmarkWire
+from sandbox.wire import BenchmarkWire, ErrorStage
+
+if TYPE_CHECKING:
+    from sandbox.evaluation import Evaluation
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
@@ -24,12 +29,15 @@ class Side:
     def __init__(self, path: str, entry: str, device: str, nbytes: int, bench: BenchmarkWire,
                  gpu_fraction: float | None, timeout: float, audit_ops: bool = False,
                  buffers: tuple[GpuBuffer, ...] = (), prefix: tuple[str, ...] = (),
-                 runner: RunnerHandle | None = None, extra: dict[str, Any] | None = None):
+                 runner: RunnerHandle | None = None, extra: dict[str, Any] | None = None,
+                 wait: bool = True):
         """``buffers`` (CUDA): this side's own buffer first, then the buffers of the sides it
         trades with in paired timing; made here when none are given. ``prefix``: a
         diagnostics tool wrapping the runner (sandbox/profiling.py). ``runner``: one started
         ahead (while the judge imported torch), given its buffers now. ``extra``: more setup
-        fields (the task's contract, from :meth:`sandbox.problem.Problem.runner_setup`)."""
+        fields (the task's contract, from :meth:`sandbox.problem.Problem.runner_setup`).
+        ``wait=False``: send the setup only; :meth:`await_setup` takes the runner's answer
+        (so that two runners map their buffers and create their CUDA contexts at once)."""
         self.path = path
         self.device = device
         self.audit_ops = audit_ops
@@ -64,16 +72,25 @@ class Side:
                               "gpu_fraction": gpu_fraction})
             self.runner.send_fds([b.fd for b in buffers])
             self.bases = [b.tensor for b in buffers]
+        self.startup: dict[str, float] = {}
+        self.flush_bytes = 0
+        self.lead_us = 0.0
+        self.base_threads = -1
+        if wait:
+            self.await_setup(timeout)
+
+    def await_setup(self, timeout: float) -> None:
+        """The runner's answer to its setup (buffers mapped, timer ready)."""
         setup = self.runner.receive(timeout, "compile_timeout")
         ready = time.monotonic() - self.runner.started
         self.startup = {"ready": ready}
-        for key in ("import_s", "setup_s"):
+        for key in ("import_s", "prepare_s", "setup_s"):
             v = setup.get(key)
             if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= ready:
                 self.startup[key.removesuffix("_s")] = float(v)
         self.flush_bytes = int(setup.get("flush_bytes", 0))
-        self.base_threads = -1
-
+        lead = setup.get("lead_us", 0.0)
+        self.lead_us = float(lead) if isinstance(lead, int | float) and not isinstance(lead, bool) else 0.0
 
     def views(self, slots: list[Slot], buf: int = 0) -> dict[str, torch.Tensor]:
         base = self.bases[buf] if buf < len(self.bases) else self.base
@@ -92,3 +109,68 @@ def paired_buffers(nbytes: int) -> tuple[tuple[GpuBuffer, GpuBuffer], tuple[GpuB
     that side fail its checks: the acceptance fails closed."""
     a, b = export_buffer(nbytes), export_buffer(nbytes)
     return (a, b), (b, a)
+
+
+def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage: ErrorStage,
+               renames: list[tuple[str, str]] | None = None) -> list[Side]:
+    """:meth:`Evaluation.open_side` for several modules at once: every runner gets its setup, then
+    every one loads its module, each step in parallel across the runners (their CUDA
+    contexts, imports and the judge's waits overlap). Nothing is measured meanwhile.
+
+    ``renames``: per module, the ``(code prefix, message prefix)`` its load failure gets
+    (the current best's are ``current_``). A failure is raised for the first module in
+    ``wanted`` order that failed; runners already started are closed with the
+    evaluation."""
+    renames = renames or [("", "")] * len(wanted)
+    t_open = time.monotonic()
+    sides: list[Side] = []
+    at = 0  # which module's runner a harness failure belongs to
+    try:
+        for path, buffers in wanted:
+            side = Side(path, ev.task.entrypoint, ev.dev, ev.nbytes, ev.task.benchmark,
+                        ev.gpu_fraction(), ev.left(ev.compile_deadline),
+                        audit_ops=ev.task.audit_ops and not ev.trusted(path),
+                        buffers=buffers, runner=prestart.take(path),
+                        extra=ev.problem.runner_setup(), wait=False)
+            ev.sides.append(side)
+            sides.append(side)
+            at += 1
+        at = 0
+        for side in sides:
+            side.await_setup(ev.left(ev.compile_deadline))
+            at += 1
+    except RunnerFailure as e:
+        if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
+            raise infrastructure(e.code, e.message, e.detail).renamed(*renames[at]) from None
+        # Nothing of the candidate has run yet: the harness itself failed to start.
+        raise infrastructure("runner_setup_failed", "the runner harness failed before loading "
+                             f"the candidate: {e.message}",
+                             e.detail).renamed(*renames[at]) from None
+    numbers = []
+    for side in sides:
+        ev.runners_opened += 1
+        numbers.append(ev.runners_opened)
+        for key, v in side.startup.items():
+            ev.phases[f"runner{ev.runners_opened}_{key}"] = round(v, 4)
+        ev.phase(f"runner{ev.runners_opened}_handover", t_open)  # waiting for it + its buffers
+    t_load = time.monotonic()
+    sent: list[Side] = []
+    failure: StageFailure | None = None
+    for side, (code_prefix, msg_prefix) in zip(sides, renames, strict=True):
+        try:
+            side.runner.send({"op": "load"})
+            sent.append(side)
+        except RunnerFailure as e:
+            failure = failure or ev.failure(stage, e).renamed(code_prefix, msg_prefix)
+            break
+    for side, n, (code_prefix, msg_prefix) in zip(sent, numbers, renames, strict=False):
+        try:
+            reply = side.runner.receive(ev.left(ev.compile_deadline), "compile_timeout")
+        except RunnerFailure as e:
+            failure = failure or ev.failure(stage, e).renamed(code_prefix, msg_prefix)
+            continue
+        ev.phase(f"runner{n}_load", t_load)  # importing the module
+        side.base_threads = int(reply.get("threads", -1))
+    if failure is not None:
+        raise failure
+    return sides

@@ -52,3 +52,17 @@ def test_a_task_with_few_timed_samples_rests_its_escape_check_on_40_calls() -> N
     assert len(clocks["judge_ms"]) >= 40 and len(clocks["noop_overhead_ms"]) >= 40
     esc = r.timing.escape
     assert esc["budget_ms"] >= 0.2 and esc["hidden_ms"] <= esc["budget_ms"]
+
+
+def test_runners_build_tritons_helper_before_they_are_given_a_module_on_cuda() -> None:
+    """Each runner builds Triton's C helper before it is handed its module (phase
+    ``runnerN_prepare``); the accept stage's two fresh runners load together."""
+    r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
+                             candidate=ROOT / "examples/vector_add/candidates/good.py",
+                             current=ROOT / "examples/vector_add/candidates/good.py",
+                             backend="bwrap", device="cuda"))
+    assert not [e for e in r.errors if e.origin != "candidate" or e.stage != "accept"], r.errors
+    assert r.sandbox is not None
+    phases = r.sandbox.phases
+    assert all(phases.get(f"runner{i}_prepare", 0) > 0 for i in (1, 2, 3)), phases
+    assert {"runner2_load", "runner3_load"} <= set(phases), phases

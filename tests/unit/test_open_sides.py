@@ -1,0 +1,135 @@
+"""sandbox.sides.open_sides: every runner's set-up and load are sent before any answer is
+read, and a failure is blamed on the right module (fake runners: pure ordering logic)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+
+from sandbox import prestart
+from sandbox import sides as sides_mod
+from sandbox.failure import StageFailure
+from sandbox.proc import RunnerFailure
+
+
+class _Runner:
+    def __init__(self, log: list[str], name: str, load_error: str | None) -> None:
+        self.log, self.name, self.load_error = log, name, load_error
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.log.append(f"send {msg['op']} {self.name}")
+
+    def receive(self, timeout: float, code: str = "timeout") -> dict[str, Any]:
+        self.log.append(f"receive load {self.name}")
+        if self.load_error:
+            raise RunnerFailure(self.load_error, f"{self.name} failed")
+        return {"ok": True, "threads": 3}
+
+
+class _Side:
+    log: ClassVar[list[str]] = []
+    fail: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, path: str, *a: Any, wait: bool = True, **kw: Any) -> None:
+        assert wait is False
+        self.path = path
+        self.runner = _Runner(self.log, path, self.fail.get(path))
+        self.startup = {"ready": 1.0}
+        self.base_threads = -1
+        self.log.append(f"send setup {path}")
+
+    def await_setup(self, timeout: float) -> None:
+        self.log.append(f"receive setup {self.path}")
+
+
+class _Task:
+    entrypoint, benchmark, audit_ops = "launch", None, False
+
+
+class _Ev:
+    def __init__(self) -> None:
+        self.task, self.dev, self.nbytes, self.compile_deadline = _Task(), "cpu", 0, 0.0
+        self.sides: list[Any] = []
+        self.runners_opened = 0
+        self.phases: dict[str, float] = {}
+        self.problem = type("P", (), {"runner_setup": lambda self: {}})()
+
+    def gpu_fraction(self) -> None:
+        return None
+
+    def left(self, deadline: float) -> float:
+        return 10.0
+
+    def trusted(self, path: str) -> bool:
+        return False
+
+    def phase(self, name: str, t0: float) -> None:
+        self.phases[name] = 0.0
+
+    def failure(self, stage: str, e: RunnerFailure) -> StageFailure:
+        return StageFailure(stage, e.code, e.message)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> type[_Side]:
+    _Side.log, _Side.fail = [], {}
+    monkeypatch.setattr(sides_mod, "Side", _Side)
+    monkeypatch.setattr(prestart, "take", lambda path: None)
+    return _Side
+
+
+def test_both_runners_get_set_up_and_loaded_before_any_answer_is_awaited(fake: type[_Side]) -> None:
+    ev = _Ev()
+    out = sides_mod.open_sides(ev, [("cand.py", ()), ("cur.py", ())], "accept")  # type: ignore[arg-type]
+    assert [s.path for s in out] == ["cand.py", "cur.py"] and ev.sides == out
+    assert fake.log == ["send setup cand.py", "send setup cur.py",
+                        "receive setup cand.py", "receive setup cur.py",
+                        "send load cand.py", "send load cur.py",
+                        "receive load cand.py", "receive load cur.py"]
+    assert ev.runners_opened == 2 and {"runner1_load", "runner2_load"} <= set(ev.phases)
+    assert all(s.base_threads == 3 for s in out)
+
+
+def test_the_current_bests_load_failure_is_blamed_on_it(fake: type[_Side]) -> None:
+    fake.fail = {"cur.py": "import_error"}
+    with pytest.raises(StageFailure) as e:
+        sides_mod.open_sides(_Ev(), [("cand.py", ()), ("cur.py", ())], "accept",  # type: ignore[arg-type]
+                             [("", ""), ("current_", "the current best failed to load: ")])
+    assert e.value.error.code == "current_import_error"
+    assert e.value.error.message.startswith("the current best failed to load: ")
+
+
+def test_when_both_fail_the_candidate_is_blamed_and_every_answer_is_read(fake: type[_Side]) -> None:
+    fake.fail = {"cand.py": "import_error", "cur.py": "syntax_error"}
+    with pytest.raises(StageFailure) as e:
+        sides_mod.open_sides(_Ev(), [("cand.py", ()), ("cur.py", ())], "accept",  # type: ignore[arg-type]
+                             [("", ""), ("current_", "")])
+    assert e.value.error.code == "import_error"
+    assert fake.log[-2:] == ["receive load cand.py", "receive load cur.py"]
+
+
+def test_first_calls_together_check_processes_only_after_every_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While one runner answers, the other may still run Triton's gcc under its own uid: the
+    process check of a joint warm-up call runs once, after every runner has answered."""
+    from sandbox.evaluation import Evaluation
+
+    log: list[str] = []
+    ev = object.__new__(Evaluation)
+    ev.bench_dims = {}
+    ev.run_deadline = 0.0
+    monkeypatch.setattr(ev, "inputs", lambda slots: {}, raising=False)
+    monkeypatch.setattr(ev, "reference", lambda slots, inputs: {}, raising=False)
+    def send(side: str, *a: Any, **k: Any) -> str:
+        log.append(f"send {side}")
+        return side
+
+    monkeypatch.setattr(ev, "_send_call", send, raising=False)
+    monkeypatch.setattr(ev, "_finish_call",
+                        lambda p, isolation=True: log.append(f"finish {p} isolation={isolation}"),
+                        raising=False)
+    monkeypatch.setattr(ev, "_check_isolation", lambda stage: log.append(f"processes {stage}"),
+                        raising=False)
+    ev.timed_together(["cand", "cur"], [], "accept")  # type: ignore[list-item]
+    assert log == ["send cand", "send cur", "finish cand isolation=False",
+                   "finish cur isolation=False", "processes accept"]
