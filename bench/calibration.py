@@ -7,10 +7,12 @@ runs through the real sandbox (bwrap) and the real judge/runner protocol:
 1. A/A: the same source as current and candidate (separately loaded runners and buffers),
    ``--aa`` decisions of ``--pairs`` pairs per workload; the false-accept rate of each rule
    and the 95% spread of the measured speed-up at 100 pairs.
-2. Injected slowdowns of 1% and 2% (the current's every program moves 1% / 2% more bytes
-   with a vector of that size, same programs and waves): the true effect measured from the
-   pairs themselves, detection power within 50 pairs for the controlled and the ``gain``
-   rule, mean pairs to a decision.
+2. Injected slowdowns of 1% and 2% (the current's programs spin a number of
+   multiply-adds, or extra programs move scratch bytes, the setting found by a measured
+   sweep on the device, ``calibrate_injection``): the true effect measured again from the
+   pairs themselves,
+   detection power within 50 pairs for the controlled and the ``gain`` rule, mean pairs to
+   a decision.
 3. Timing cheats (side stream, background thread, batch-and-skip, lazy output), each
    graded by the full pipeline with the static scan off: caught means "did not pass".
 4. Overhead: grader wall time per evaluation against the kernel time it measured.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import statistics
@@ -52,27 +55,32 @@ KERNEL = '''import torch
 import triton
 import triton.language as tl
 
-EXTRA = {extra}
+SPIN_COUNT = {spin}
+EXTRA_PROGRAMS = {extra}
 
 
 @triton.jit
-def _scale(x_ptr, y_ptr, s_ptr, n, per_prog, BLOCK: tl.constexpr, EXTRA_BLOCK: tl.constexpr):
+def _scale(x_ptr, y_ptr, s_ptr, n, spin, n_main, BLOCK: tl.constexpr, SPIN: tl.constexpr):
     pid = tl.program_id(0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2.0, mask=m)
-    # Injected slowdown: every program also reads and writes ``per_prog`` contiguous
-    # elements of a scratch buffer, EXTRA of its own traffic, with a vector of its own size
-    # (EXTRA_BLOCK, compiled out for the honest side): same programs, same waves, and an
-    # instruction count that grows with the bytes. (Extra *programs* spilled into a new
-    # wave at 10 us; extra lanes masked off over the whole BLOCK cost ~18% at 10 us and
-    # ~6% at 100 us whatever the fraction: H200, 2026-11-30.)
-    if EXTRA_BLOCK > 0:
-        r = tl.arange(0, EXTRA_BLOCK)
-        me = r < per_prog
-        e = pid * per_prog + r
-        v = tl.load(s_ptr + e, mask=me, other=0.0)
-        tl.store(s_ptr + e, v + 1.0, mask=me)
+    if pid < n_main:
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        v = tl.load(x_ptr + offs, mask=m) * 2.0
+        # Injected slowdown, kind 1: every program runs ``spin`` dependent multiply-adds
+        # between its load and its store (compiled out on the honest side: SPIN is a
+        # constexpr). On an H200 it costs nothing measurable at ~10 us up to ~250, then
+        # rises steeply; at ~100 us it grows gradually (0.8% at 192).
+        if SPIN:
+            a = pid.to(tl.float32)
+            for _ in range(spin):
+                a = a * 0.999 + 1.0
+            v = tl.where(a == -1.0, v + 1.0, v)  # never true; keeps the chain alive
+        tl.store(y_ptr + offs, v, mask=m)
+    else:
+        # Kind 2: extra programs past ``n_main`` move a block of scratch each, as many
+        # bytes as a real program: a fraction more traffic where the grid has many waves.
+        offs = (pid - n_main) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(s_ptr + offs, tl.load(s_ptr + offs) + 1.0)
 
 
 _scratch = {{}}
@@ -80,13 +88,12 @@ _scratch = {{}}
 
 def _run(x, y):
     n = x.numel()
-    grid = triton.cdiv(n, 4096)
-    per_prog = int(round(4096 * EXTRA))
-    extra_block = triton.next_power_of_2(per_prog) if per_prog else 0
-    s = _scratch.get((per_prog, x.device))
+    n_main = triton.cdiv(n, 4096)
+    s = _scratch.get(x.device)
     if s is None:
-        s = _scratch[(per_prog, x.device)] = torch.zeros(max(grid * per_prog, 1), device=x.device)
-    _scale[(grid,)](x, y, s, n, per_prog, BLOCK=4096, EXTRA_BLOCK=extra_block)
+        s = _scratch[x.device] = torch.zeros(max(EXTRA_PROGRAMS, 1) * 4096, device=x.device)
+    _scale[(n_main + EXTRA_PROGRAMS,)](x, y, s, n, SPIN_COUNT, n_main, BLOCK=4096,
+                                       SPIN=SPIN_COUNT > 0)
 
 
 _calls = [0]
@@ -107,8 +114,93 @@ LAUNCH = {
 REFERENCE = "def launch(x, y):\n    y.copy_(x * 2.0)\n"
 
 
-def source(kind: str, extra: float = 0.0) -> str:
-    return KERNEL.format(extra=extra) + "\n\n" + LAUNCH[kind]
+def source(kind: str, knob: tuple[str, int] = ("spin", 0)) -> str:
+    """A candidate's source; ``knob``: the injected slowdown, ("spin", count) or
+    ("extra", programs)."""
+    spin, extra = (knob[1], 0) if knob[0] == "spin" else (0, knob[1])
+    return KERNEL.format(spin=int(spin), extra=int(extra)) + "\n\n" + LAUNCH[kind]
+
+
+def calibrate_injection(n: int, targets: tuple[float, ...], reps: int = 150) -> dict[str, Any]:
+    """Find each target slowdown's knob by measurement, outside the sandbox.
+
+    Two knobs (see KERNEL): ``spin`` multiply-adds per program, and ``extra`` programs of
+    scratch traffic. The honest kernel and a sweep of each knob are timed interleaved with
+    CUDA events on a cold L2 (a 256 MiB write, then a 100 us sleep kernel so that the
+    launch is queued before the start event), ``reps`` rounds; a setting's effect is the
+    ratio of medians minus one. Each target gets, per knob, the setting interpolated between
+    the two sweep points around it; every such setting is timed again against the honest
+    kernel in a second, independent pass, and the one nearest its target is chosen. The
+    decisions then measure the true effect once more, from their own pairs."""
+    import importlib.util
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "cal_kernel.py"
+        f.write_text(KERNEL.format(spin=0, extra=0))
+        spec = importlib.util.spec_from_file_location("cal_kernel", f)
+        assert spec is not None and spec.loader is not None
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+    kern = m._scale
+    n_main = -(-n // 4096)
+    x = torch.rand(n, device="cuda")
+    y = torch.empty_like(x)
+    scratch = torch.zeros((n_main // 10 + 1) * 4096, device="cuda")  # up to 10% more programs
+    scrub = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
+    cycles = int(100 * (getattr(torch.cuda.get_device_properties(0), "clock_rate", 0) or 2_000_000) / 1e3)
+
+    def launch(knob: tuple[str, int]) -> None:
+        spin, extra = (knob[1], 0) if knob[0] == "spin" else (0, knob[1])
+        kern[(n_main + extra,)](x, y, scratch, n, spin, n_main, BLOCK=4096, SPIN=spin > 0)
+
+    def times(knobs: list[tuple[str, int]]) -> dict[tuple[str, int], float]:
+        for k in knobs:  # compile and warm
+            launch(k)
+        torch.cuda.synchronize()
+        out: dict[tuple[str, int], list[float]] = {k: [] for k in knobs}
+        for r in range(reps):
+            for k in (knobs if r % 2 == 0 else knobs[::-1]):
+                scrub.zero_()
+                torch.cuda._sleep(cycles)
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                launch(k)
+                b.record()
+                b.synchronize()
+                out[k].append(a.elapsed_time(b))
+        return {k: statistics.median(v) for k, v in out.items()}
+
+    honest = ("spin", 0)
+    sweeps = {"spin": [0, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024],
+              "extra": sorted({0, *(max(1, round(n_main * p / 1000)) for p in
+                                    (2, 4, 6, 8, 10, 12, 15, 20, 25, 30, 40, 60))})}
+    knobs = [honest] + [(kn, v) for kn, vs in sweeps.items() for v in vs if v]
+    med = times(knobs)
+    effect = {k: med[k] / med[honest] - 1 for k in knobs}
+    proposals: dict[str, list[tuple[str, int]]] = {}
+    for t in targets:
+        proposals[f"{t:.3f}"] = []
+        for kn, vs in sweeps.items():
+            pts = [(v, effect[(kn, v)] if v else 0.0) for v in vs]
+            for (lo, elo), (hi, ehi) in itertools.pairwise(pts):
+                if elo < t <= ehi:
+                    v = max(1, round(lo + (t - elo) / (ehi - elo) * (hi - lo)))
+                    proposals[f"{t:.3f}"].append((kn, v))
+                    break
+    second = sorted({k for ks in proposals.values() for k in ks})
+    check = times([honest, *second])
+    verified = {k: check[k] / check[honest] - 1 for k in second}
+    chosen: dict[str, list[Any] | None] = {}
+    for t_s, ks in proposals.items():
+        best = min(ks, key=lambda k: abs(verified[k] - float(t_s)), default=None)
+        chosen[t_s] = [best[0], best[1], verified[best]] if best else None
+    return {"n": n, "programs": n_main, "reps": reps,
+            "sweep_median_ms": {f"{k[0]}={k[1]}": v for k, v in med.items()},
+            "sweep_effect": {f"{k[0]}={k[1]}": v for k, v in effect.items()},
+            "verified_effect": {f"{k[0]}={k[1]}": v for k, v in verified.items()},
+            "chosen": chosen}
 
 
 def make_task(root: Path, name: str, n: int, bench: dict[str, Any], check: float = 1.0) -> Path:
@@ -223,9 +315,21 @@ def main() -> int:
                           check=0.05)
         spec, ref = load_task(dtask)
         if "decisions" in parts:
-            files = {"a.py": source("honest"), "a2.py": source("honest"),
-                     "b1.py": source("honest", 0.01), "b2.py": source("honest", 0.02)}
             chosen = a.scenarios.split(",")
+            knobs: dict[str, tuple[str, int]] = {"gain1": ("spin", 4), "gain2": ("extra", 1)}  # CPU check
+            if a.device == "cuda" and {"gain1", "gain2"} & set(chosen):
+                inj = w["injection"] = calibrate_injection(n, (0.01, 0.02))
+                save()
+                for name, t in (("gain1", "0.010"), ("gain2", "0.020")):
+                    pick = inj["chosen"][t]
+                    if pick:
+                        knobs[name] = (pick[0], int(pick[1]))
+                    elif name in chosen:  # the sweep never reached the target
+                        chosen.remove(name)
+                        w[name] = {"skipped": "no setting in the sweep reached this slowdown"}
+            w["knobs"] = {k: list(v) for k, v in knobs.items()}
+            files = {"a.py": source("honest"), "a2.py": source("honest"),
+                     "b1.py": source("honest", knobs["gain1"]), "b2.py": source("honest", knobs["gain2"])}
             sc = [s for s in (
                 {"name": "aa", "current": "/kg/in/a.py", "candidate": "/kg/in/a2.py", "decisions": a.aa},
                 {"name": "gain1", "current": "/kg/in/b1.py", "candidate": "/kg/in/a.py", "decisions": a.power},

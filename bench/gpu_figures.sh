@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The measurement figures of the GPU issue on a host with two H200s (nvidia-h200-x2), after
+# the parallel pair opening and the runners' Triton preparation. One device call per PART;
+# everything lands under $OUT as one archive, figures-PART.tgz.
+#
+#   PART=A  GPU 1: bench/calibration.py at ~10 us and ~100 us: the injected slowdown's
+#                  spin count found by a measured sweep, then A/A and 1% / 2% decisions
+#                  (budgets DEC10_S, DEC100_S seconds);
+#           GPU 0, meanwhile: one cold `kgrader run` of vector_add (phases), the GPU tests
+#                  (tests/e2e/test_gpu.py), the leaderboard on one GPU with --prepare-ahead
+#                  (LB_S seconds), then ~1 ms A/A decisions (AA1MS_S seconds).
+#   PART=B  GPU 1: as in A, 10 us and 100 us decisions (after the launch-lead fix);
+#           GPU 0, meanwhile: the GPU tests, then the leaderboard on one GPU without and
+#                  with --prepare-ahead (LB_S seconds each).
+#   PART=C  GPU 1: three cold runs, then the injected-slowdown decisions at ~100 us and
+#                  ~1 ms (DEC100_S, DEC1MS_S);
+#           GPU 0, meanwhile: the leaderboard on one GPU with --prepare-ahead (LB_S);
+#           then the leaderboard on both GPUs with --prepare-ahead (LB2_S).
+#   PART=D  the leaderboard on both GPUs with --prepare-ahead (LB2_S seconds).
+# Usage on the device: OUT=... PART=A bash bench/gpu_figures.sh
+set -u
+source bench/gpu_env.sh || exit 1
+export PATH="$PWD/.gpu/bin:$PATH"  # the GPU tests look for bwrap on PATH
+R=/tmp/kg-figures; rm -rf "$R"; mkdir -p "$R"; OUT="${OUT:-/tmp/kg-out}"; mkdir -p "$OUT"
+PART="${PART:-A}"
+{ date -u; nvidia-smi --query-gpu=index,name,uuid,driver_version,clocks.sm,clocks.mem --format=csv;
+  python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; nproc; } > "$R/env.txt" 2>&1
+
+cold() {  # $1 runs on GPU $2, one JSON report each
+  for i in $(seq 1 "$1"); do
+    local t0; t0=$(date +%s.%N)
+    python3 -m grader.cli run examples/vector_add examples/vector_add/candidates/good.py \
+        --backend bwrap --device cuda --gpu "$2" --json > "$R/cold_$i.json" 2>> "$R/stderr.log"
+    echo "cold_$i rc=$? wall=$(python3 -c "import time; print(round(time.time() - $t0, 3))")" >> "$R/cold.txt"
+  done
+}
+
+lb() {  # name, seconds, workers, prepare-ahead, submissions
+  timeout "$2" python3 bench/leaderboard.py --device cuda --workers "$3" --kinds good slow \
+      --submissions "$5" --prepare-ahead "$4" --json "$R/lb_$1.json" > "$R/lb_$1.txt" 2>&1
+  echo "lb $1 rc=$?" >> "$R/lb.log"
+}
+
+if [[ $PART == A ]]; then
+  D10=${DEC10_S:-230}; D100=${DEC100_S:-230}
+  CUDA_VISIBLE_DEVICES=1 timeout $((D10 + D100 + 60)) python3 bench/calibration.py --device cuda \
+      --parts decisions --workloads 10us,100us --aa 120 --power 40 --budget "10us=$D10,100us=$D100" \
+      --out "$R/calibration_small.json" > "$R/cal_small.log" 2>&1 &
+  cold 1 0
+  CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py \
+      > "$R/pytest_gpu.txt" 2>&1
+  lb ahead1 "${LB_S:-120}" 1 on 12
+  CUDA_VISIBLE_DEVICES=0 timeout "${AA1MS_S:-280}" python3 bench/calibration.py --device cuda \
+      --parts decisions --workloads 1ms --scenarios aa --aa 130 --budget "1ms=$((${AA1MS_S:-280} - 35))" \
+      --out "$R/calibration_1ms_aa.json" > "$R/cal_aa.log" 2>&1
+  wait
+elif [[ $PART == B ]]; then
+  D10=${DEC10_S:-200}; D100=${DEC100_S:-200}
+  CUDA_VISIBLE_DEVICES=1 timeout $((D10 + D100 + 70)) python3 bench/calibration.py --device cuda \
+      --parts decisions --workloads 10us,100us --aa 120 --power 40 --budget "10us=$D10,100us=$D100" \
+      --out "$R/calibration_small.json" > "$R/cal_small.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py \
+      > "$R/pytest_gpu.txt" 2>&1
+  lb plain1 "${LB_S:-160}" 1 off 12
+  lb ahead1 "${LB_S:-160}" 1 on 12
+  wait
+elif [[ $PART == D ]]; then  # more honest evaluations: the leaderboard on both GPUs
+  lb ahead2b "${LB2_S:-270}" 2 on 24
+else
+  (
+    cold 3 1
+    CUDA_VISIBLE_DEVICES=1 timeout "${DEC_S:-400}" python3 bench/calibration.py --device cuda \
+        --parts decisions --workloads 100us,1ms --scenarios gain1,gain2 --power 40 \
+        --budget "100us=${DEC100_S:-110},1ms=${DEC1MS_S:-230}" --out "$R/calibration_gain.json" \
+        > "$R/cal_gain.log" 2>&1
+  ) &
+  lb ahead1 "${LB_S:-200}" 1 on 16
+  wait
+  lb ahead2 "${LB2_S:-150}" 2 on 16
+fi
+tar -czf "$OUT/figures-$PART.tgz" -C "$R" .
