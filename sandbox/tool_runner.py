@@ -75,6 +75,13 @@ def serve(args: argparse.Namespace, window: tuple[int, int] | None, private: boo
     class ToolRunner(Runner):
         calls = 0
 
+        def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
+            reply = super().setup(msg)
+            if self.timer is not None:  # the tool sees every kernel: no sleep kernel for it
+                self.timer.lead_off()
+                reply["lead_us"] = 0.0
+            return reply
+
         def load(self) -> dict[str, Any]:
             reply = super().load()
             if reply.get("ok") and private:
