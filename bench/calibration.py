@@ -274,6 +274,8 @@ def main() -> int:
     ap.add_argument("--aa", type=int, default=100, help="A/A decisions per workload")
     ap.add_argument("--power", type=int, default=40, help="decisions per injected slowdown")
     ap.add_argument("--pairs", type=int, default=100)
+    ap.add_argument("--calls-per-pair", type=int, default=1,
+                    help="timed calls per side in each pair, their median the pair's time")
     ap.add_argument("--parts", default="decisions,cheats,overhead,vector_add")
     ap.add_argument("--workloads", default="10us,100us,1ms")
     ap.add_argument("--out", type=Path, required=True)
@@ -339,6 +341,7 @@ def main() -> int:
             total = sum(weights[s["name"]] for s in sc)
             for s in sc:
                 s["pairs"] = a.pairs
+                s["calls_per_pair"] = a.calls_per_pair
                 s["budget_s"] = budgets[wname] * weights[s["name"]] / total
             t0 = time.monotonic()
             req = mode_request("calibrate", a.device, task=spec.to_wire(), reference=ref,

@@ -18,7 +18,8 @@
 #           then the leaderboard on both GPUs with --prepare-ahead (LB2_S).
 #   PART=D  the leaderboard on both GPUs with --prepare-ahead (LB2_S seconds).
 #   PART=E  GPU 0: A/A at ~100 us with a prepared-ahead evaluation's CPU load off and on
-#                  (bench/prepare_disturbance.py, PD_S seconds);
+#                  (bench/prepare_disturbance.py, PD_S seconds), then A/A at ~100 us with
+#                  5 calls per pair side (K5_S seconds);
 #           GPU 1: every runtime attack (tests/attacks/runtime, scan off) on vector_add,
 #                  then the calibration's four timing cheats at ~10 us and ~100 us.
 # Usage on the device: OUT=... PART=A bash bench/gpu_figures.sh
@@ -69,9 +70,15 @@ elif [[ $PART == B ]]; then
   lb ahead1 "${LB_S:-160}" 1 on 12
   wait
 elif [[ $PART == E ]]; then  # what the issue still lacks (prepared for the next device time)
-  CUDA_VISIBLE_DEVICES=0 timeout "${PD_S:-330}" python3 bench/prepare_disturbance.py \
-      --workload 100us --blocks 4 --block-s "${PD_BLOCK_S:-60}" \
-      --out "$R/prepare_disturbance.json" > "$R/prepare_disturbance.log" 2>&1 &
+  (
+    CUDA_VISIBLE_DEVICES=0 timeout "${PD_S:-290}" python3 bench/prepare_disturbance.py \
+        --workload 100us --blocks 4 --block-s "${PD_BLOCK_S:-50}" \
+        --out "$R/prepare_disturbance.json" > "$R/prepare_disturbance.log" 2>&1
+    # the 100 us spread with 5 calls per pair side (acceptance.calls_per_pair)
+    CUDA_VISIBLE_DEVICES=0 timeout "${K5_S:-220}" python3 bench/calibration.py --device cuda \
+        --parts decisions --workloads 100us --scenarios aa --aa 120 --calls-per-pair 5 \
+        --budget "100us=$((${K5_S:-220} - 35))" --out "$R/calibration_100us_k5.json" > "$R/cal_k5.log" 2>&1
+  ) &
   (  # every runtime attack, scan off, on GPU 1; then the calibration's four timing cheats
     for f in tests/attacks/runtime/*.py; do
       n=$(basename "$f" .py)

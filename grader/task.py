@@ -174,6 +174,11 @@ class AcceptanceSpec(_Frozen):
     pairs: int = Field(30, ge=1, description="Pairs measured for the seed rule.")
     alpha: float = Field(0.01, gt=0, lt=0.5, description="Controlled rule: total false-accept rate.")
     looks: list[int] = Field(default_factory=lambda: [25, 50, 100, 200], min_length=1)
+    calls_per_pair: int = Field(
+        1, ge=1, le=64,
+        description="Timed calls of each side in one pair (interleaved ABAB.. or BABA..), the "
+                    "pair's time for a side being their median: fewer, less noisy pairs. "
+                    "Pair counts (pairs, min_pairs, looks) stay counts of pairs.")
     replicate_margin: float | None = Field(
         None, ge=0, lt=1,
         description="The independent replicate confirms an acceptance only with a speed-up "
@@ -188,7 +193,7 @@ class AcceptanceSpec(_Frozen):
             rule=self.rule, min_improvement_fraction=self.min_improvement_fraction,
             min_pairs=self.min_pairs, min_positive_fraction=self.min_positive_fraction,
             pairs=self.pairs, alpha=self.alpha, looks=tuple(sorted(self.looks)),
-            replicate_margin=self.veto_margin)
+            replicate_margin=self.veto_margin, calls_per_pair=self.calls_per_pair)
 
 
 class TaskSpec(_Frozen):

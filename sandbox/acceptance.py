@@ -18,9 +18,15 @@ from sandbox.sides import Side, paired_buffers
 from sandbox.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
 
 
-def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential: bool) -> PairsRecord:
-    """Up to ``n_max`` interleaved pairs; a controlled rule stops at a decisive look."""
+def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential: bool,
+                  calls_per_pair: int | None = None) -> PairsRecord:
+    """Up to ``n_max`` interleaved pairs; a controlled rule stops at a decisive look.
+
+    Each pair is ``calls_per_pair`` rounds (the task's unless given) of one call per side,
+    in the pair's order, each round on fresh inputs; a side's time in the pair is the
+    median of its calls."""
     acc = ev.task.acceptance
+    k = max(1, acc.calls_per_pair if calls_per_pair is None else calls_per_pair)
     slots = ev.slots()
     frac = ev.task.correctness.timed_check_fraction
     clocks = {id(cand): SideClock(ev, cand, "accept"), id(cur): SideClock(ev, cur, "accept")}
@@ -29,19 +35,21 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
                                    looks=acc.looks, point_margin=acc.rule == "gain") \
         if sequential else None
     for i in range(n_max):
-        inputs = ev.inputs(slots)
         order = (cand, cur) if i % 2 == 0 else (cur, cand)
         swap = (i // 2) % 2  # every other pair of pairs, the sides trade buffers
-        for side in order:
-            check = frac >= 1.0 or ev.rng.random() < frac
-            try:
-                r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
-                check_threads(side, r, threads[id(side)], "accept")
-            except StageFailure as e:
-                raise (e.renamed("current_") if side is cur else e) from None
-            clocks[id(side)].add(r)
+        for _ in range(k):
+            inputs = ev.inputs(slots)
+            for side in order:
+                check = frac >= 1.0 or ev.rng.random() < frac
+                try:
+                    r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
+                    check_threads(side, r, threads[id(side)], "accept")
+                except StageFailure as e:
+                    raise (e.renamed("current_") if side is cur else e) from None
+                clocks[id(side)].add(r)
         if seq is not None:
-            t_cur, t_cand = clocks[id(cur)].ms[-1], clocks[id(cand)].ms[-1]
+            t_cur = stats.median(clocks[id(cur)].ms[-k:])
+            t_cand = stats.median(clocks[id(cand)].ms[-k:])
             if seq.decision() == "continue" and t_cur > 0 and t_cand > 0:
                 seq.add(t_cur, t_cand)
             if seq.decision() != "continue" and i + 1 >= acc.pairs:
@@ -53,8 +61,13 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
         except StageFailure as e:
             raise (e.renamed("current_") if side is cur else e) from None
     base = stats.median(clocks[id(cur)].noop_judge + clocks[id(cand)].noop_judge)
-    return PairsRecord(t_cur=tuple(clocks[id(cur)].samples(base)),
-                       t_cand=tuple(clocks[id(cand)].samples(base)))
+    return PairsRecord(t_cur=tuple(per_pair(clocks[id(cur)].samples(base), k)),
+                       t_cand=tuple(per_pair(clocks[id(cand)].samples(base), k)))
+
+
+def per_pair(samples: list[float], k: int) -> list[float]:
+    """Each pair's time for one side: the median of its ``k`` consecutive calls."""
+    return [stats.median(samples[i:i + k]) for i in range(0, len(samples) - k + 1, k)]
 
 
 def open_pair(ev: Evaluation, cand: Side | None = None) -> tuple[Side, Side]:

@@ -37,7 +37,8 @@ def run_calibration(ev: Evaluation) -> None:
             if ev.left(ev.run_deadline) < float(sc.get("reserve_s", 30)) or \
                     time.monotonic() - t0 > float(sc.get("budget_s", 1e9)):
                 break
-            d = measure_pairs(ev, cand, cur, int(sc.get("pairs", ev.req.calibrate.pairs)), False)
+            d = measure_pairs(ev, cand, cur, int(sc.get("pairs", ev.req.calibrate.pairs)), False,
+                              calls_per_pair=int(sc.get("calls_per_pair", 1)))
             decisions.append({"t_cur": _round(d.t_cur), "t_cand": _round(d.t_cand)})
         out[sc["name"]] = {"decisions": decisions, "seconds": round(time.monotonic() - t0, 2)}
         for side in (cand, cur):

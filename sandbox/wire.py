@@ -111,6 +111,7 @@ class AcceptanceWire:
     alpha: float
     looks: tuple[int, ...]
     replicate_margin: float = 0.0
+    calls_per_pair: int = 1
 
 
 @dataclass(frozen=True)

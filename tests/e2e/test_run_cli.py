@@ -165,3 +165,17 @@ def test_every_error_says_whose_fault_it_is() -> None:
     assert rc == 1 and r["errors"]
     assert all(e["origin"] == "candidate" for e in r["errors"]), r["errors"]
 
+
+
+def test_calls_per_pair_keeps_pair_counts_and_still_decides(tmp_path: Path) -> None:
+    """A task timing 3 calls per side in each pair: the report counts pairs, not calls,
+    and the decision runs as with single-call pairs (same candidate: not accepted)."""
+    task = tmp_path / "task"
+    shutil.copytree(SMALL, task)
+    spec = json.loads((task / "task.json").read_text())
+    spec["acceptance"].update({"rule": "seed", "pairs": 6, "calls_per_pair": 3})
+    (task / "task.json").write_text(json.dumps(spec))
+    rc, r = run_json(task, CANDS / "good.py", "--current", CANDS / "good.py")
+    assert rc in (0, 1) and r["stage"] == "accept", r["errors"]
+    assert not [e for e in r["errors"] if e["stage"] != "accept"], r["errors"]
+    assert r["acceptance"]["pairs"] == 6

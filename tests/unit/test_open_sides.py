@@ -1,5 +1,7 @@
-"""sandbox.sides.open_sides: every runner's set-up and load are sent before any answer is
-read, and a failure is blamed on the right module (fake runners: pure ordering logic)."""
+"""Opening and pairing runners: ``sandbox.sides.open_sides`` sends every runner's set-up
+and load before reading any answer and blames a failure on the right module; joint first
+calls check processes once all have answered; a pair's time is the median of its calls.
+Fake runners and evaluations: pure ordering logic."""
 
 from __future__ import annotations
 
@@ -133,3 +135,11 @@ def test_first_calls_together_check_processes_only_after_every_answer(monkeypatc
     ev.timed_together(["cand", "cur"], [], "accept")  # type: ignore[list-item]
     assert log == ["send cand", "send cur", "finish cand isolation=False",
                    "finish cur isolation=False", "processes accept"]
+
+
+def test_a_pairs_time_is_the_median_of_its_calls() -> None:
+    from sandbox.acceptance import per_pair
+
+    assert per_pair([1.0, 3.0, 2.0, 9.0, 7.0, 8.0], 3) == [2.0, 8.0]
+    assert per_pair([1.0, 2.0, 3.0], 1) == [1.0, 2.0, 3.0]
+    assert per_pair([1.0, 2.0, 3.0, 4.0], 3) == [2.0]  # an unfinished pair is not a pair
