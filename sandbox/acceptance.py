@@ -39,7 +39,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
         swap = (i // 2) % 2  # every other pair of pairs, the sides trade buffers
         for _ in range(k):
             inputs = ev.inputs(slots)
-            for side in order:
+            for j, side in enumerate(order):
                 check = frac >= 1.0 or ev.rng.random() < frac
                 try:
                     r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
@@ -47,6 +47,8 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
                 except StageFailure as e:
                     raise (e.renamed("current_") if side is cur else e) from None
                 clocks[id(side)].add(r)
+                if j == 0:  # the other side gets the same inputs next: nothing to copy
+                    ev.scrub(side, slots, swap)
         if seq is not None:
             t_cur = stats.median(clocks[id(cur)].ms[-k:])
             t_cand = stats.median(clocks[id(cand)].ms[-k:])

@@ -295,6 +295,19 @@ class Evaluation:
                          expected=expected, where={"dims": dict(self.bench_dims), "phase": stage},
                          buf=buf)
 
+    def scrub(self, side: Side, slots: list[Slot], buf: int) -> None:
+        """Poison what ``side`` wrote (outputs, writable inputs) in buffer ``buf``, once the
+        judge has checked it. On CUDA each paired runner also maps the other side's buffer
+        (they trade buffers); the second side of a pair gets the same inputs, and could
+        otherwise read the first side's fresh outputs instead of computing its own. The
+        judge's sync before the next call orders this before it."""
+        if len(side.bases) < 2:
+            return  # a buffer no other runner maps (the CPU's memfds)
+        views = side.views(slots, buf)
+        for s in slots:
+            if s.role != "input" or s.name in self.problem.scratch:
+                poison(views[s.name])
+
     def timed_together(self, sides: list[Side], slots: list[Slot], stage: ErrorStage) -> None:
         """One checked, discarded call per side, sent to all of them before any answer is
         read: their first calls (Triton's JIT compile, CUDA module loads) run in parallel.

@@ -143,3 +143,35 @@ def test_a_pairs_time_is_the_median_of_its_calls() -> None:
     assert per_pair([1.0, 3.0, 2.0, 9.0, 7.0, 8.0], 3) == [2.0, 8.0]
     assert per_pair([1.0, 2.0, 3.0], 1) == [1.0, 2.0, 3.0]
     assert per_pair([1.0, 2.0, 3.0, 4.0], 3) == [2.0]  # an unfinished pair is not a pair
+
+
+def test_scrub_poisons_what_a_side_wrote_in_a_buffer_its_peer_maps() -> None:
+    """Paired runners on CUDA map each other's buffers and a pair's two calls share their
+    inputs: after the first call is checked, its outputs (and writable inputs) are poisoned
+    so the second side cannot copy them. A buffer no peer maps (the CPU's) is left alone."""
+    import torch
+
+    from sandbox.evaluation import Evaluation
+    from sandbox.sides import Side
+    from sandbox.tensors import Slot
+
+    slots = [Slot("x", "input", "float32", (4,), 0, 16), Slot("s", "input", "float32", (4,), 16, 16),
+             Slot("out", "output", "float32", (4,), 32, 16)]
+    ev = object.__new__(Evaluation)
+    ev.problem = type("P", (), {"scratch": frozenset({"s"})})()
+
+    def side(n_buffers: int) -> Side:
+        s = object.__new__(Side)
+        s.bases = [torch.ones(48, dtype=torch.uint8) for _ in range(n_buffers)]
+        s.base = s.bases[0]
+        return s
+
+    paired = side(2)
+    ev.scrub(paired, slots, 1)
+    v = paired.views(slots, 1)
+    assert torch.isnan(v["out"]).all() and torch.isnan(v["s"]).all()
+    assert not torch.isnan(v["x"]).any()  # a read-only input: the peer gets the same anyway
+    assert not torch.isnan(paired.views(slots, 0)["out"]).any()  # only the buffer it used
+    alone = side(1)
+    ev.scrub(alone, slots, 0)
+    assert not torch.isnan(alone.views(slots, 0)["out"]).any()
