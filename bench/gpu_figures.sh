@@ -20,8 +20,9 @@
 #   PART=E  GPU 0: A/A at ~100 us with a prepared-ahead evaluation's CPU load off and on
 #                  (bench/prepare_disturbance.py, PD_S seconds), then A/A at ~100 us with
 #                  5 calls per pair side (K5_S seconds);
-#           GPU 1: every runtime attack (tests/attacks/runtime, scan off) on vector_add,
-#                  then the calibration's four timing cheats at ~10 us and ~100 us.
+#           GPU 1: the GPU tests, every runtime attack (tests/attacks/runtime and
+#                  tests/attacks/gpu, scan off) on vector_add, then the calibration's four
+#                  timing cheats at ~10 us and ~100 us.
 # Usage on the device: OUT=... PART=A bash bench/gpu_figures.sh
 set -u
 source bench/gpu_env.sh || exit 1
@@ -79,8 +80,10 @@ elif [[ $PART == E ]]; then  # what the issue still lacks (prepared for the next
         --parts decisions --workloads 100us --scenarios aa --aa 120 --calls-per-pair 5 \
         --budget "100us=$((${K5_S:-220} - 35))" --out "$R/calibration_100us_k5.json" > "$R/cal_k5.log" 2>&1
   ) &
-  (  # every runtime attack, scan off, on GPU 1; then the calibration's four timing cheats
-    for f in tests/attacks/runtime/*.py; do
+  (  # the GPU tests, every runtime attack (scan off) on GPU 1, the four timing cheats
+    CUDA_VISIBLE_DEVICES=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py \
+        > "$R/pytest_gpu.txt" 2>&1
+    for f in tests/attacks/runtime/*.py tests/attacks/gpu/*.py; do
       n=$(basename "$f" .py)
       timeout 150 python3 -m grader.cli run examples/vector_add "$f" --backend bwrap --device cuda \
           --gpu 1 --policy tests/policies/runtime-only.toml --compile-s 60 --run-s 20 \

@@ -66,3 +66,17 @@ def test_runners_build_tritons_helper_before_they_are_given_a_module_on_cuda() -
     phases = r.sandbox.phases
     assert all(phases.get(f"runner{i}_prepare", 0) > 0 for i in (1, 2, 3)), phases
     assert {"runner2_load", "runner3_load"} <= set(phases), phases
+
+
+def test_a_candidate_cannot_read_the_current_bests_outputs_in_paired_timing() -> None:
+    """tests/attacks/gpu/peer_buffer_probe.py writes a wrong answer whenever the other
+    side's output slot already holds this call's answer (the scan off): after each pair's
+    first call the judge poisons what it wrote, so nothing leaks and nothing fails."""
+    r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
+                             candidate=ROOT / "tests/attacks/gpu/peer_buffer_probe.py",
+                             current=ROOT / "examples/vector_add/candidates/good.py",
+                             backend="bwrap", device="cuda",
+                             policy=str(ROOT / "tests/policies/runtime-only.toml")))
+    assert not [e for e in r.errors if e.stage != "accept" or e.origin != "candidate"], r.errors
+    assert not [e for e in r.errors if e.code in ("wrong_values", "output_untouched")], r.errors
+    assert r.acceptance is not None and r.acceptance.pairs >= 25
