@@ -46,12 +46,11 @@ from grader.limits import Limits  # noqa: E402
 from grader.task import load_task  # noqa: E402
 from sandbox.wire import CalibrateWire  # noqa: E402
 
-PREPARE = ("import torch, triton.language\n"
-           "try:\n"
-           "    from triton.backends.nvidia.driver import CudaUtils\n"
-           "    CudaUtils()\n"
-           "except Exception:\n"
-           "    pass\n")
+# What a runner does before it is given a module: import torch, then sandbox.runner's own
+# Triton preparation (a judge's import is the same torch import).
+PREPARE = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+           "from sandbox.runner import prepare_triton\n"
+           "prepare_triton('cuda')\n")
 
 
 class Load:

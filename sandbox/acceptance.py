@@ -15,6 +15,7 @@ from sandbox.benchmark import SideClock, check_threads, warm_up
 from sandbox.evaluation import Evaluation
 from sandbox.failure import StageFailure
 from sandbox.sides import Side, paired_buffers
+from sandbox.tensors import Slot, poison
 from sandbox.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
 
 
@@ -48,7 +49,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
                     raise (e.renamed("current_") if side is cur else e) from None
                 clocks[id(side)].add(r)
                 if j == 0:  # the other side gets the same inputs next: nothing to copy
-                    ev.scrub(side, slots, swap)
+                    scrub(ev, side, slots, swap)
         if seq is not None:
             t_cur = stats.median(clocks[id(cur)].ms[-k:])
             t_cand = stats.median(clocks[id(cand)].ms[-k:])
@@ -65,6 +66,20 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
     base = stats.median(clocks[id(cur)].noop_judge + clocks[id(cand)].noop_judge)
     return PairsRecord(t_cur=tuple(per_pair(clocks[id(cur)].samples(base), k)),
                        t_cand=tuple(per_pair(clocks[id(cand)].samples(base), k)))
+
+
+def scrub(ev: Evaluation, side: Side, slots: list[Slot], buf: int) -> None:
+    """Poison what ``side`` wrote (outputs, writable inputs) in buffer ``buf``, once the
+    judge has checked it. On CUDA each paired runner also maps the other side's buffer
+    (they trade buffers); the second side of a pair gets the same inputs, and could
+    otherwise read the first side's fresh outputs instead of computing its own. The
+    judge's sync before the next call orders this before it."""
+    if len(side.bases) < 2:
+        return  # a buffer no other runner maps (the CPU's memfds)
+    views = side.views(slots, buf)
+    for s in slots:
+        if s.role != "input" or s.name in ev.problem.scratch:
+            poison(views[s.name])
 
 
 def per_pair(samples: list[float], k: int) -> list[float]:

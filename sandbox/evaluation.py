@@ -18,6 +18,7 @@ import torch
 from sandbox import prestart
 from sandbox.device import device_environment
 from sandbox.failure import StageFailure, infrastructure
+from sandbox.isolation import check_beside
 from sandbox.outputs import collect_outputs, verify_outputs
 from sandbox.problem import make_problem
 from sandbox.proc import RunnerFailure
@@ -64,6 +65,7 @@ class Evaluation:
         self.phases: dict[str, float] = {}
         self.started_wall: float | None = None
         self.runners_opened = 0
+        self.nvml_handle: Any = None  # sandbox.isolation's, opened on first use
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         # The trusted reference, for the task's contract (sandbox.problem, sandbox.field):
@@ -197,7 +199,7 @@ class Evaluation:
                                f"{what} ({at} bytes in) for dims {where.get('dims')}",
                                detail={**where, "region": what, "offset": at, "side": side.path})
         if isolation and stage in ("benchmark", "accept"):
-            self._check_isolation(stage)
+            check_beside(self, stage)
         if stage in ("benchmark", "accept") and (reply.get("streams") or reply.get("stream_ok") is False):
             raise StageFailure(stage, "side_stream",
                                f"the candidate created {reply.get('streams')} CUDA stream(s) or left "
@@ -232,29 +234,6 @@ class Evaluation:
         return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms,
                 "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
                 "threads": int(reply.get("threads", -1)), "host_ms": _host_ms(reply)}
-
-    def _check_isolation(self, stage: ErrorStage) -> None:
-        """Each runner uid owns its one process; on CUDA no foreign compute process."""
-        from sandbox import identity, nvml
-
-        try:
-            waiting = prestart.pending()
-            extra = identity.extra_runner_processes(
-                {**waiting, **{s.runner.proc.pid: s.runner.uid for s in self.sides}},
-                harness_uids=frozenset(waiting.values()))
-        except identity.IsolationUnavailable as e:
-            raise infrastructure(identity.ISOLATION_CODE, str(e)) from None
-        if extra:
-            current = {e.owner for e in extra} == {self.req.current}
-            raise StageFailure(stage, ("current_" if current else "") + "runner_spawned_process",
-                               identity.describe(extra),
-                               detail={"pids": [e.pid for e in extra][:20]})
-        if self.dev == "cuda":
-            if not hasattr(self, "_nvml_handle"):
-                self._nvml_handle = self.nvml()[0]
-            foreign = nvml.foreign_compute_processes(self._nvml_handle, 1 + len(self.sides))
-            if foreign is not None:
-                raise StageFailure(stage, "foreign_gpu_process", foreign)
 
     def check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
               stage: ErrorStage, where: dict[str, Any]) -> None:
@@ -295,19 +274,6 @@ class Evaluation:
                          expected=expected, where={"dims": dict(self.bench_dims), "phase": stage},
                          buf=buf)
 
-    def scrub(self, side: Side, slots: list[Slot], buf: int) -> None:
-        """Poison what ``side`` wrote (outputs, writable inputs) in buffer ``buf``, once the
-        judge has checked it. On CUDA each paired runner also maps the other side's buffer
-        (they trade buffers); the second side of a pair gets the same inputs, and could
-        otherwise read the first side's fresh outputs instead of computing its own. The
-        judge's sync before the next call orders this before it."""
-        if len(side.bases) < 2:
-            return  # a buffer no other runner maps (the CPU's memfds)
-        views = side.views(slots, buf)
-        for s in slots:
-            if s.role != "input" or s.name in self.problem.scratch:
-                poison(views[s.name])
-
     def timed_together(self, sides: list[Side], slots: list[Slot], stage: ErrorStage) -> None:
         """One checked, discarded call per side, sent to all of them before any answer is
         read: their first calls (Triton's JIT compile, CUDA module loads) run in parallel.
@@ -330,7 +296,7 @@ class Evaluation:
         if failure is not None:
             raise failure
         if stage in ("benchmark", "accept"):
-            self._check_isolation(stage)
+            check_beside(self, stage)
 
     def noop(self, side: Side, stage: ErrorStage) -> tuple[float, float, float, tuple[float, float]]:
         """An empty timed call: (judge round trip, its validated event time, its idle tail,

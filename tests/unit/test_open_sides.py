@@ -114,6 +114,7 @@ def test_when_both_fail_the_candidate_is_blamed_and_every_answer_is_read(fake: t
 def test_first_calls_together_check_processes_only_after_every_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """While one runner answers, the other may still run Triton's gcc under its own uid: the
     process check of a joint warm-up call runs once, after every runner has answered."""
+    from sandbox import evaluation
     from sandbox.evaluation import Evaluation
 
     log: list[str] = []
@@ -130,8 +131,8 @@ def test_first_calls_together_check_processes_only_after_every_answer(monkeypatc
     monkeypatch.setattr(ev, "_finish_call",
                         lambda p, isolation=True: log.append(f"finish {p} isolation={isolation}"),
                         raising=False)
-    monkeypatch.setattr(ev, "_check_isolation", lambda stage: log.append(f"processes {stage}"),
-                        raising=False)
+    monkeypatch.setattr(evaluation, "check_beside",
+                        lambda ev, stage: log.append(f"processes {stage}"))
     ev.timed_together(["cand", "cur"], [], "accept")  # type: ignore[list-item]
     assert log == ["send cand", "send cur", "finish cand isolation=False",
                    "finish cur isolation=False", "processes accept"]
@@ -151,6 +152,7 @@ def test_scrub_poisons_what_a_side_wrote_in_a_buffer_its_peer_maps() -> None:
     so the second side cannot copy them. A buffer no peer maps (the CPU's) is left alone."""
     import torch
 
+    from sandbox.acceptance import scrub
     from sandbox.evaluation import Evaluation
     from sandbox.sides import Side
     from sandbox.tensors import Slot
@@ -167,11 +169,58 @@ def test_scrub_poisons_what_a_side_wrote_in_a_buffer_its_peer_maps() -> None:
         return s
 
     paired = side(2)
-    ev.scrub(paired, slots, 1)
+    scrub(ev, paired, slots, 1)
     v = paired.views(slots, 1)
     assert torch.isnan(v["out"]).all() and torch.isnan(v["s"]).all()
     assert not torch.isnan(v["x"]).any()  # a read-only input: the peer gets the same anyway
     assert not torch.isnan(paired.views(slots, 0)["out"]).any()  # only the buffer it used
     alone = side(1)
-    ev.scrub(alone, slots, 0)
+    scrub(ev, alone, slots, 0)
     assert not torch.isnan(alone.views(slots, 0)["out"]).any()
+
+
+def test_each_pair_times_calls_per_pair_rounds_interleaved_on_shared_inputs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure_pairs with k = 3: per pair, three rounds of one call per side in the pair's
+    order (AB.., then BA..), each round's two calls on the same fresh inputs, the first
+    call's writes scrubbed before the second; the pair's time for a side is the median of
+    its three calls."""
+    import random
+    from types import SimpleNamespace
+
+    from sandbox import acceptance
+    from sandbox.acceptance import measure_pairs
+    from sandbox.wire import AcceptanceWire
+
+    calls: list[tuple[str, int]] = []
+    times = {"cand": iter([1.0, 5.0, 3.0] * 4), "cur": iter([2.0, 9.0, 4.0] * 4)}
+    n_inputs = [0]
+
+    def inputs(slots: Any) -> dict[str, Any]:
+        n_inputs[0] += 1
+        return {"seed": n_inputs[0]}
+
+    def timed(side: Any, slots: Any, check: bool, stage: str, inputs: Any = None,
+              buf: int = 0) -> dict[str, Any]:
+        calls.append((side.path, inputs["seed"]))
+        t = next(times[side.path])
+        return {"ms": t, "judge_ms": t + 1.0, "tail_ms": 0.0, "threads": 1, "host_ms": (0.0, 0.0)}
+
+    acc = AcceptanceWire(rule="seed", min_improvement_fraction=0.01, min_pairs=1,
+                         min_positive_fraction=0.6, pairs=2, alpha=0.01, looks=(25,),
+                         calls_per_pair=3)
+    ev = SimpleNamespace(
+        task=SimpleNamespace(acceptance=acc, correctness=SimpleNamespace(timed_check_fraction=1.0)),
+        slots=lambda: [], inputs=inputs, rng=random.Random(0), timed=timed, dev="cpu",
+        noop_threads=lambda side, stage: 1, noop=lambda side, stage: (1.0, 0.0, 0.0, (0.0, 0.0)))
+    monkeypatch.setattr(acceptance, "scrub",
+                        lambda ev, side, slots, buf: calls.append((f"scrub {side.path}", buf)))
+    cand = SimpleNamespace(path="cand", bases=[None])
+    cur = SimpleNamespace(path="cur", bases=[None])
+    rec = measure_pairs(ev, cand, cur, 2, False)  # type: ignore[arg-type]
+    assert calls == [("cand", 1), ("scrub cand", 0), ("cur", 1), ("cand", 2), ("scrub cand", 0),
+                     ("cur", 2), ("cand", 3), ("scrub cand", 0), ("cur", 3),
+                     ("cur", 4), ("scrub cur", 0), ("cand", 4), ("cur", 5), ("scrub cur", 0),
+                     ("cand", 5), ("cur", 6), ("scrub cur", 0), ("cand", 6)]
+    # the CPU decides on the judge's clock less the empty calls' round trip (1.0)
+    assert rec.t_cand == (3.0, 3.0) and rec.t_cur == (4.0, 4.0)
