@@ -6,7 +6,10 @@ runs through the real sandbox (bwrap) and the real judge/runner protocol:
 
 1. A/A: the same source as current and candidate (separately loaded runners and buffers),
    ``--aa`` decisions of ``--pairs`` pairs per workload; the false-accept rate of each rule
-   and the 95% spread of the measured speed-up at 100 pairs.
+   and the 95% spread of the measured speed-up at 100 pairs. One pair of runners serves all
+   of a scenario's decisions unless ``--fresh-runners``: then each decision gets a new pair,
+   as each acceptance does, and an offset that belongs to one pair of runners counts in the
+   spread instead of shifting every decision alike.
 2. Injected slowdowns of 1% and 2% (the current's programs spin a number of
    multiply-adds, or extra programs move scratch bytes, the setting found by a measured
    sweep on the device, ``calibrate_injection``): the true effect measured again from the
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 import math
 import statistics
@@ -38,6 +40,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from injection import calibrate_injection  # noqa: E402
 
 from grader.evaluate import (  # noqa: E402
     EvalRequest,
@@ -121,88 +125,6 @@ def source(kind: str, knob: tuple[str, int] = ("spin", 0)) -> str:
     return KERNEL.format(spin=int(spin), extra=int(extra)) + "\n\n" + LAUNCH[kind]
 
 
-def calibrate_injection(n: int, targets: tuple[float, ...], reps: int = 150) -> dict[str, Any]:
-    """Find each target slowdown's knob by measurement, outside the sandbox.
-
-    Two knobs (see KERNEL): ``spin`` multiply-adds per program, and ``extra`` programs of
-    scratch traffic. The honest kernel and a sweep of each knob are timed interleaved with
-    CUDA events on a cold L2 (a 256 MiB write, then a 100 us sleep kernel so that the
-    launch is queued before the start event), ``reps`` rounds; a setting's effect is the
-    ratio of medians minus one. Each target gets, per knob, the setting interpolated between
-    the two sweep points around it; every such setting is timed again against the honest
-    kernel in a second, independent pass, and the one nearest its target is chosen. The
-    decisions then measure the true effect once more, from their own pairs."""
-    import importlib.util
-
-    import torch
-
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "cal_kernel.py"
-        f.write_text(KERNEL.format(spin=0, extra=0))
-        spec = importlib.util.spec_from_file_location("cal_kernel", f)
-        assert spec is not None and spec.loader is not None
-        m = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(m)
-    kern = m._scale
-    n_main = -(-n // 4096)
-    x = torch.rand(n, device="cuda")
-    y = torch.empty_like(x)
-    scratch = torch.zeros((n_main // 10 + 1) * 4096, device="cuda")  # up to 10% more programs
-    scrub = torch.empty(64 << 20, dtype=torch.float32, device="cuda")
-    cycles = int(100 * (getattr(torch.cuda.get_device_properties(0), "clock_rate", 0) or 2_000_000) / 1e3)
-
-    def launch(knob: tuple[str, int]) -> None:
-        spin, extra = (knob[1], 0) if knob[0] == "spin" else (0, knob[1])
-        kern[(n_main + extra,)](x, y, scratch, n, spin, n_main, BLOCK=4096, SPIN=spin > 0)
-
-    def times(knobs: list[tuple[str, int]]) -> dict[tuple[str, int], float]:
-        for k in knobs:  # compile and warm
-            launch(k)
-        torch.cuda.synchronize()
-        out: dict[tuple[str, int], list[float]] = {k: [] for k in knobs}
-        for r in range(reps):
-            for k in (knobs if r % 2 == 0 else knobs[::-1]):
-                scrub.zero_()
-                torch.cuda._sleep(cycles)
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                launch(k)
-                b.record()
-                b.synchronize()
-                out[k].append(a.elapsed_time(b))
-        return {k: statistics.median(v) for k, v in out.items()}
-
-    honest = ("spin", 0)
-    sweeps = {"spin": [0, 16, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024],
-              "extra": sorted({0, *(max(1, round(n_main * p / 1000)) for p in
-                                    (2, 4, 6, 8, 10, 12, 15, 20, 25, 30, 40, 60))})}
-    knobs = [honest] + [(kn, v) for kn, vs in sweeps.items() for v in vs if v]
-    med = times(knobs)
-    effect = {k: med[k] / med[honest] - 1 for k in knobs}
-    proposals: dict[str, list[tuple[str, int]]] = {}
-    for t in targets:
-        proposals[f"{t:.3f}"] = []
-        for kn, vs in sweeps.items():
-            pts = [(v, effect[(kn, v)] if v else 0.0) for v in vs]
-            for (lo, elo), (hi, ehi) in itertools.pairwise(pts):
-                if elo < t <= ehi:
-                    v = max(1, round(lo + (t - elo) / (ehi - elo) * (hi - lo)))
-                    proposals[f"{t:.3f}"].append((kn, v))
-                    break
-    second = sorted({k for ks in proposals.values() for k in ks})
-    check = times([honest, *second])
-    verified = {k: check[k] / check[honest] - 1 for k in second}
-    chosen: dict[str, list[Any] | None] = {}
-    for t_s, ks in proposals.items():
-        best = min(ks, key=lambda k: abs(verified[k] - float(t_s)), default=None)
-        chosen[t_s] = [best[0], best[1], verified[best]] if best else None
-    return {"n": n, "programs": n_main, "reps": reps,
-            "sweep_median_ms": {f"{k[0]}={k[1]}": v for k, v in med.items()},
-            "sweep_effect": {f"{k[0]}={k[1]}": v for k, v in effect.items()},
-            "verified_effect": {f"{k[0]}={k[1]}": v for k, v in verified.items()},
-            "chosen": chosen}
-
-
 def make_task(root: Path, name: str, n: int, bench: dict[str, Any], check: float = 1.0) -> Path:
     d = root / name
     d.mkdir(parents=True)
@@ -266,6 +188,40 @@ def analyse(decisions: list[dict[str, list[float]]], delta: float, alpha: float)
             if all_cur else None, "median_ms_cur": statistics.median(all_cur) if all_cur else None}
 
 
+def decide(sc: list[dict[str, Any]], files: dict[str, str], spec: Any, ref: str,
+           a: argparse.Namespace, budget_s: float) -> tuple[dict[str, Any], list[Any], int]:
+    """The scenarios' decisions, in as many sandboxes as fresh runners need (a sandbox has
+    32 runner uids: ~15 fresh pairs); each sandbox goes on with what is still wanted, within
+    what is left of each scenario's budget."""
+    cal: dict[str, Any] = {s["name"]: {"decisions": [], "seconds": 0.0} for s in sc}
+    errors: list[Any] = []
+    sandboxes, t0 = 0, time.monotonic()
+    while True:
+        todo = []
+        for s in sc:
+            got = cal[s["name"]]
+            left = s["budget_s"] - got["seconds"]
+            if len(got["decisions"]) < s["decisions"] and left > 5:
+                todo.append({**s, "decisions": s["decisions"] - len(got["decisions"]), "budget_s": left})
+        run_s = budget_s - (time.monotonic() - t0)
+        if not todo or run_s < 35 or errors or (sandboxes and not a.fresh_runners):
+            return cal, errors, sandboxes
+        req = mode_request("calibrate", a.device, task=spec.to_wire(), reference=ref,
+                           candidate="/kg/in/a.py",
+                           calibrate=CalibrateWire(scenarios=tuple(todo), decisions=a.aa, pairs=a.pairs))
+        p = run_judge_mode(req, files, backend=a.backend,
+                           limits=Limits(compile_s=120, run_s=run_s, memory_mib=65536))
+        sandboxes += 1
+        errors += [dataclasses.asdict(e) for e in p.errors]
+        new = 0
+        for name, got in (p.calibration or {}).items():
+            cal[name]["decisions"] += got.get("decisions", [])
+            cal[name]["seconds"] = round(cal[name]["seconds"] + float(got.get("seconds", 0.0)), 2)
+            new += len(got.get("decisions", []))
+        if not new:
+            return cal, errors, sandboxes
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda")
@@ -276,6 +232,9 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=100)
     ap.add_argument("--calls-per-pair", type=int, default=1,
                     help="timed calls per side in each pair, their median the pair's time")
+    ap.add_argument("--fresh-runners", action="store_true",
+                    help="a new pair of runners for every decision (as in acceptance), in as many "
+                         "sandboxes as that needs; by default one pair serves all of a scenario's")
     ap.add_argument("--parts", default="decisions,cheats,overhead,vector_add")
     ap.add_argument("--workloads", default="10us,100us,1ms")
     ap.add_argument("--out", type=Path, required=True)
@@ -320,7 +279,7 @@ def main() -> int:
             chosen = a.scenarios.split(",")
             knobs: dict[str, tuple[str, int]] = {"gain1": ("spin", 4), "gain2": ("extra", 1)}  # CPU check
             if a.device == "cuda" and {"gain1", "gain2"} & set(chosen):
-                inj = w["injection"] = calibrate_injection(n, (0.01, 0.02))
+                inj = w["injection"] = calibrate_injection(KERNEL, n, (0.01, 0.02))
                 save()
                 for name, t in (("gain1", "0.010"), ("gain2", "0.020")):
                     pick = inj["chosen"][t]
@@ -343,17 +302,13 @@ def main() -> int:
                 s["pairs"] = a.pairs
                 s["calls_per_pair"] = a.calls_per_pair
                 s["budget_s"] = budgets[wname] * weights[s["name"]] / total
+                s["fresh_runners"] = a.fresh_runners
             t0 = time.monotonic()
-            req = mode_request("calibrate", a.device, task=spec.to_wire(), reference=ref,
-                               candidate="/kg/in/a.py",
-                               calibrate=CalibrateWire(scenarios=tuple(sc), decisions=a.aa,
-                                                       pairs=a.pairs))
-            p = run_judge_mode(req, files, backend=a.backend,
-                               limits=Limits(compile_s=120, run_s=budgets[wname], memory_mib=65536))
+            cal, errors, sandboxes = decide(sc, files, spec, ref, a, budgets[wname])
             w["decision_wall_s"] = round(time.monotonic() - t0, 1)
-            if p.errors:
-                w["errors"] = [dataclasses.asdict(e) for e in p.errors]
-            cal = p.calibration or {}
+            w["sandboxes"], w["fresh_runners"] = sandboxes, a.fresh_runners
+            if errors:
+                w["errors"] = errors
             # Every rule decides at the task's margin (min_improvement_fraction = 0.01); the
             # scenarios differ in the true effect only.
             for name, delta in (("aa", 0.01), ("gain1", 0.01), ("gain2", 0.01)):

@@ -112,6 +112,11 @@ def _private_dir(uid: int, gid: int) -> str:
     return home
 
 
+def runner_ids_left() -> int:
+    """How many more runners this sandbox can start (each takes a uid of its own)."""
+    return len(RUNNER_IDS) - len(_owners)
+
+
 def new_runner_identity(owner: str) -> RunnerIdentity:
     """The next unused runner uid/gid with its private folder, for the module ``owner``."""
     require_spawn_caps()
@@ -318,6 +323,7 @@ __all__ = [
     "new_runner_identity",
     "prepare_fork",
     "require_spawn_caps",
+    "runner_ids_left",
     "spawn_cwd",
     "verify_runner",
 ]
