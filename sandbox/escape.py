@@ -79,6 +79,25 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
     return out
 
 
+def claim_problem(ms: float | None, wall: float | None, judge_ms: float, device: str) -> str | None:
+    """Why one reply's times cannot be true (None when they can).
+
+    Every device: the event (or CPU) time is finite, non-negative and inside the judge's
+    own round trip of that call. On CUDA also: the runner's host clock runs from before it
+    records the start event to after the end event has completed, so it cannot see less
+    time than the events (slack: 2% and 2 us, far above the events' ~0.5 us resolution). A
+    runner whose clock saw less was patched to slow down (the CPU's timer-patch attack,
+    which on a GPU changes no figure but is still tampering)."""
+    if ms is None or wall is None or not ms >= 0:
+        return "a time that is not a non-negative number"
+    if ms > judge_ms * 1.05 + 0.05:
+        return f"{ms:.4f} ms, longer than the judge's own round trip of {judge_ms:.3f} ms"
+    if device == "cuda" and wall < ms * 0.98 - 0.002:
+        return (f"{ms:.4f} ms of events inside {wall:.4f} ms of its own host clock: the "
+                "runner's clock was tampered with")
+    return None
+
+
 def _noise(judge_ms: list[float], ms: list[float], noop_overhead: list[float]) -> float:
     """Standard error of the hidden-time estimate: the spread (1.4826 x MAD) of the paired
     differences (real call's round trip less its events, less the empty call's overhead),

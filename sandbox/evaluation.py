@@ -17,6 +17,7 @@ import torch
 
 from sandbox import prestart
 from sandbox.device import device_environment
+from sandbox.escape import claim_problem
 from sandbox.failure import StageFailure, infrastructure
 from sandbox.isolation import check_beside
 from sandbox.outputs import collect_outputs, verify_outputs
@@ -227,10 +228,10 @@ class Evaluation:
             self.check(views, expected, stage, where)
             verify_outputs(self, slots, inputs, views, stage, where)
         ms, wall, tail = _num(reply.get("ms")), _num(reply.get("wall_ms")), _num(reply.get("tail_ms", 0.0))
-        if ms is None or wall is None or ms < 0 or ms > judge_ms * 1.05 + 0.05:
+        why = claim_problem(ms, wall, judge_ms, self.dev)
+        if why is not None or ms is None:
             raise StageFailure(stage, "timing_inconsistent",
-                               f"runner claimed {reply.get('ms')!r} ms but the judge saw "
-                               f"{judge_ms:.3f} ms")
+                               f"the runner claimed {reply.get('ms')!r} ms: {why}")
         return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms,
                 "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
                 "threads": int(reply.get("threads", -1)), "host_ms": _host_ms(reply)}
@@ -312,10 +313,12 @@ class Evaluation:
             raise self.failure(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
         ms, tail = _num(r.get("ms")), _num(r.get("tail_ms", 0.0))
-        if ms is None or tail is None or ms < 0 or tail < 0 or ms > judge_ms * 1.05 + 0.05:
+        why = claim_problem(ms, _num(r.get("wall_ms")), judge_ms, self.dev)
+        if why is None and (tail is None or tail < 0):
+            why = f"an idle tail of {r.get('tail_ms')!r}"
+        if why is not None or ms is None or tail is None:
             raise StageFailure(stage, "timing_inconsistent",
-                               f"an empty call claimed {r.get('ms')!r} ms (tail {r.get('tail_ms')!r}) "
-                               f"but the judge saw {judge_ms:.3f} ms")
+                               f"an empty call claimed {r.get('ms')!r} ms: {why}")
         return judge_ms, ms, tail, _host_ms(r)
 
     def noop_threads(self, side: Side, stage: ErrorStage) -> int:

@@ -6,8 +6,12 @@ call is timed on its own: a batch is never divided by its length.
 
 This module runs in the runner process, which also hosts the candidate. The references it
 uses (``perf_counter_ns``, ``Event.record``, ``elapsed_time``, ``synchronize``) are bound
-when the module is imported, before the candidate is, so later monkey-patching of those
-names does not reach the harness. The judge cross-checks every claim against its own clock.
+when the module is imported, before the candidate is, so patching ``time`` or
+``torch.cuda`` does not reach the harness. A candidate that rewrites this module's own
+names (the timer-patch attack: ``sandbox.timing._perf_ns``) does reach it: nothing in the
+runner's process is out of the candidate's reach. So the judge takes no time on this
+module's word: it bounds every claim by its own clock and the device's idle tail
+(``sandbox.escape``), and refuses a runner clock that saw less than its own events.
 """
 
 from __future__ import annotations

@@ -40,6 +40,16 @@ def test_timing_cheats_are_caught_on_cuda(attack: str, code: str) -> None:
     assert not r.ok and r.errors[0].code in {code, "work_escaped_timing", "wrong_values"}
 
 
+def test_a_runner_clock_slowed_by_the_candidate_is_refused_on_cuda() -> None:
+    """tests/attacks/runtime/timer_patch.py slows the runner's own clock a hundredfold. On an
+    H200 (2026-12-01) that changed no figure (the events decide) and it passed; the judge
+    now refuses a runner clock that saw less time than the runner's own events."""
+    r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
+                             candidate=ROOT / "tests/attacks/runtime/timer_patch.py", backend="bwrap",
+                             device="cuda", policy=str(ROOT / "tests/policies/runtime-only.toml")))
+    assert not r.ok and r.errors[0].code == "timing_inconsistent", r.errors
+
+
 def test_a_task_with_few_timed_samples_rests_its_escape_check_on_40_calls() -> None:
     """matmul times 10 calls (5 samples x 2 reps); the judge-clock check needs more."""
     r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/matmul",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from sandbox.escape import escaped_time
+from sandbox.escape import claim_problem, escaped_time
 
 
 def _noisy(base: float, n: int, rng: random.Random, jitter: float) -> list[float]:
@@ -104,3 +104,29 @@ def test_a_round_trip_too_noisy_to_bound_the_events_is_unreliable_not_a_pass() -
     noop = [0.55 + (2.0 if rng.random() < 0.5 else 0.0) for _ in ms]
     out = escaped_time(ms, judge, noop, "cuda", tails=[0.006] * 25, noop_tails=[0.006] * 25)
     assert out["unreliable"] and out["budget_ms"] <= 0.4, out
+
+
+def test_a_runner_clock_that_saw_less_than_its_events_is_tampering_on_cuda() -> None:
+    """The timer-patch attack on a GPU: the events are true, the runner's clock runs 100x
+    slow; the host interval contains the device interval, so that cannot be honest."""
+    why = claim_problem(0.0187, 0.0187 / 100 + 0.001, judge_ms=0.7, device="cuda")
+    assert why is not None and "tampered" in why
+
+
+def test_honest_claims_pass_on_both_devices() -> None:
+    # CUDA: the host clock spans the launch lead, the launch and the sync: more than the events
+    assert claim_problem(0.0187, 0.13, judge_ms=0.7, device="cuda") is None
+    # within the events' resolution of the host clock (a long kernel, ~0 host overhead)
+    assert claim_problem(1.0, 0.999, judge_ms=1.4, device="cuda") is None
+    assert claim_problem(0.0, 0.0, judge_ms=0.4, device="cuda") is None  # an empty call
+    # the CPU: the runner's event time is its wall time
+    assert claim_problem(3.0, 3.0, judge_ms=3.5, device="cpu") is None
+
+
+def test_impossible_claims_are_refused_on_every_device() -> None:
+    for device in ("cpu", "cuda"):
+        assert claim_problem(None, 1.0, 1.0, device) is not None
+        assert claim_problem(1.0, None, 1.0, device) is not None
+        assert claim_problem(-0.1, 1.0, 1.0, device) is not None
+        assert claim_problem(float("nan"), 1.0, 1.0, device) is not None
+        assert "round trip" in (claim_problem(2.0, 2.0, judge_ms=1.0, device=device) or "")
