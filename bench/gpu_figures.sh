@@ -21,8 +21,15 @@
 #                  (bench/prepare_disturbance.py, PD_S seconds), then A/A at ~100 us with
 #                  5 calls per pair side (K5_S seconds);
 #           GPU 1: the GPU tests, every runtime attack (tests/attacks/runtime and
-#                  tests/attacks/gpu, scan off) on vector_add, then the calibration's four
-#                  timing cheats at ~10 us and ~100 us.
+#                  tests/attacks/gpu, scan off, three at a time) on vector_add, then the
+#                  calibration's four timing cheats at ~10 us and ~100 us.
+#   PART=F  GPU 0: A/A at ~100 us, 5 calls per pair side, a fresh pair of runners for every
+#                  decision (K5_S seconds);
+#           GPU 1: the same with 1 call per pair side (K1_S), then the profiler's and the
+#                  sanitizer's runs of examples/diagnostics/scale and a short injection sweep.
+#           On a host with one GPU all of it runs on GPU 0, one after the other.
+#   PART=G  GPU 0: A/A at ~1 ms, then at ~10 us, a fresh pair of runners for every decision
+#                  (GW="1ms:300 10us:200": workload:seconds; GK calls per pair side, 1).
 # Usage on the device: OUT=... PART=A bash bench/gpu_figures.sh
 set -u
 source bench/gpu_env.sh || exit 1
@@ -83,17 +90,58 @@ elif [[ $PART == E ]]; then  # what the issue still lacks (prepared for the next
   (  # the GPU tests, every runtime attack (scan off) on GPU 1, the four timing cheats
     CUDA_VISIBLE_DEVICES=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py \
         > "$R/pytest_gpu.txt" 2>&1
-    for f in tests/attacks/runtime/*.py tests/attacks/gpu/*.py; do
-      n=$(basename "$f" .py)
-      timeout 150 python3 -m grader.cli run examples/vector_add "$f" --backend bwrap --device cuda \
+    attack() {  # one attack file, scan off, its own CLI run and report
+      local n; n=$(basename "$1" .py)
+      timeout 150 python3 -m grader.cli run examples/vector_add "$1" --backend bwrap --device cuda \
           --gpu 1 --policy tests/policies/runtime-only.toml --compile-s 60 --run-s 20 \
-          --memory-mib 4096 --json > "$R/attack_$n.json" 2>> "$R/attacks.log"
+          --memory-mib 4096 --json > "$R/attack_$n.json" 2>> "$R/attacks_$n.err"
       echo "$n rc=$?" >> "$R/attacks.log"
+    }
+    for f in tests/attacks/runtime/*.py tests/attacks/gpu/*.py; do  # three at a time
+      attack "$f" &
+      while (( $(jobs -rp | wc -l) >= 3 )); do wait -n; done
     done
+    wait
     CUDA_VISIBLE_DEVICES=1 timeout 200 python3 bench/calibration.py --device cuda --parts cheats \
         --workloads 10us,100us --out "$R/calibration_cheats.json" > "$R/cal_cheats.log" 2>&1
   ) &
   wait
+elif [[ $PART == F ]]; then  # the 100 us spread with a fresh pair of runners per decision
+  k5() {
+    CUDA_VISIBLE_DEVICES=0 timeout "$K5_S" python3 bench/calibration.py --device cuda \
+        --parts decisions --workloads 100us --scenarios aa --aa 100 --calls-per-pair 5 --fresh-runners \
+        --budget "100us=$((K5_S - 40))" --out "$R/calibration_100us_k5_fresh.json" > "$R/cal_k5.log" 2>&1
+  }
+  k1() {
+    CUDA_VISIBLE_DEVICES=$1 timeout "$K1_S" python3 bench/calibration.py --device cuda \
+        --parts decisions --workloads 100us --scenarios aa --aa 100 --fresh-runners \
+        --budget "100us=$((K1_S - 40))" --out "$R/calibration_100us_k1_fresh.json" > "$R/cal_k1.log" 2>&1
+  }
+  tools() {  # the profiler's and the sanitizer's runners (no launch lead for them), then
+             # a short pass of the injected slowdown's sweep (moved to bench/injection.py)
+    CUDA_VISIBLE_DEVICES=$1 OUT="$R/diag" KG_GPU=$1 \
+        ONLY='profile_scale_(good|low_occupancy)|run_(load|scale_good)_memcheck' \
+        timeout 150 bash bench/diagnostics_gpu.sh > "$R/diag.txt" 2>&1
+    CUDA_VISIBLE_DEVICES=$1 timeout 40 python3 -c 'import sys; sys.path.insert(0, "bench")
+from calibration import KERNEL; from injection import calibrate_injection
+print(calibrate_injection(KERNEL, 1 << 22, (0.01, 0.02), reps=20)["chosen"])' > "$R/injection.txt" 2>&1
+  }
+  K5_S=${K5_S:-450}; K1_S=${K1_S:-250}
+  if (( $(nvidia-smi -L | wc -l) > 1 )); then
+    k5 & (k1 1; tools 1) &
+    wait
+  else  # one GPU: one after the other; K1_S=0 leaves the k = 1 run out
+    k5
+    (( K1_S > 0 )) && k1 0
+    tools 0
+  fi
+elif [[ $PART == G ]]; then  # ~1 ms and ~10 us A/A, a fresh pair of runners per decision
+  for wl in ${GW:-1ms:300 10us:200}; do  # workload:seconds, GK calls per pair side
+    w=${wl%%:*}; t=${wl##*:}; k=${GK:-1}; tag=$w$([[ $k == 1 ]] || echo "_k$k")
+    CUDA_VISIBLE_DEVICES=0 timeout "$t" python3 bench/calibration.py --device cuda --parts decisions \
+        --workloads "$w" --scenarios aa --aa 100 --calls-per-pair "$k" --fresh-runners \
+        --budget "$w=$((t - 40))" --out "$R/calibration_${tag}_fresh.json" > "$R/cal_$tag.log" 2>&1
+  done
 elif [[ $PART == D ]]; then  # more honest evaluations: the leaderboard on both GPUs
   lb ahead2b "${LB2_S:-270}" 2 on 24
 else
