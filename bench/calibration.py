@@ -6,10 +6,11 @@ runs through the real sandbox (bwrap) and the real judge/runner protocol:
 
 1. A/A: the same source as current and candidate (separately loaded runners and buffers),
    ``--aa`` decisions of ``--pairs`` pairs per workload; the false-accept rate of each rule
-   and the 95% spread of the measured speed-up at 100 pairs. One pair of runners serves all
-   of a scenario's decisions unless ``--fresh-runners``: then each decision gets a new pair,
-   as each acceptance does, and an offset that belongs to one pair of runners counts in the
-   spread instead of shifting every decision alike.
+   and the 95% spread of the measured speed-up at 100 pairs. Each decision gets a new pair
+   of runners, as each acceptance does, so that an offset that belongs to one pair of
+   runners counts in the spread instead of shifting every decision alike
+   (``--shared-runners``: one pair for all of a scenario's decisions, as before call F of
+   2026-12-01).
 2. Injected slowdowns of 1% and 2% (the current's programs spin a number of
    multiply-adds, or extra programs move scratch bytes, the setting found by a measured
    sweep on the device, ``calibrate_injection``): the true effect measured again from the
@@ -185,7 +186,23 @@ def analyse(decisions: list[dict[str, list[float]]], delta: float, alpha: float)
             "speedup_at_100_pairs_p2.5": lo, "speedup_at_100_pairs_p97.5": hi,
             "speedup_spread_95_pct": (max(abs(1 - lo), abs(hi - 1)) * 100) if sp else None,
             "true_ratio_cur_over_cand": statistics.median(all_cur) / statistics.median(all_cand)
-            if all_cur else None, "median_ms_cur": statistics.median(all_cur) if all_cur else None}
+            if all_cur else None, "median_ms_cur": statistics.median(all_cur) if all_cur else None,
+            **empty_call_offsets(decisions)}
+
+
+def empty_call_offsets(decisions: list[dict[str, Any]]) -> dict[str, Any]:
+    """Does an offset between two runners lie in their timing path? Per decision, the
+    difference of the sides' medians (us) against the difference of their empty calls' event
+    times (us): the correlation, and the spread (sd) of each."""
+    rows = [(1e3 * (statistics.median(d["t_cur"]) - statistics.median(d["t_cand"])),
+             1e3 * (d["empty_cur"] - d["empty_cand"])) for d in decisions
+            if "empty_cur" in d and d["t_cur"] and d["t_cand"]]
+    if len(rows) < 3:
+        return {}
+    xs, ys = [r[0] for r in rows], [r[1] for r in rows]
+    sx, sy = statistics.pstdev(xs), statistics.pstdev(ys)
+    corr = statistics.correlation(xs, ys) if sx > 0 and sy > 0 else None
+    return {"offset_sd_us": sx, "empty_offset_sd_us": sy, "offset_vs_empty_corr": corr}
 
 
 def decide(sc: list[dict[str, Any]], files: dict[str, str], spec: Any, ref: str,
@@ -232,9 +249,13 @@ def main() -> int:
     ap.add_argument("--pairs", type=int, default=100)
     ap.add_argument("--calls-per-pair", type=int, default=1,
                     help="timed calls per side in each pair, their median the pair's time")
-    ap.add_argument("--fresh-runners", action="store_true",
-                    help="a new pair of runners for every decision (as in acceptance), in as many "
-                         "sandboxes as that needs; by default one pair serves all of a scenario's")
+    ap.add_argument("--fresh-runners", dest="fresh_runners", action="store_true", default=True,
+                    help="a new pair of runners for every decision, as in acceptance, in as many "
+                         "sandboxes as that needs (the default)")
+    ap.add_argument("--shared-runners", dest="fresh_runners", action="store_false",
+                    help="one pair of runners serves all of a scenario's decisions (faster; "
+                         "leaves a pair's own offset out of the spread: runs before 2026-12-01 "
+                         "call F)")
     ap.add_argument("--parts", default="decisions,cheats,overhead,vector_add")
     ap.add_argument("--workloads", default="10us,100us,1ms")
     ap.add_argument("--out", type=Path, required=True)

@@ -30,6 +30,8 @@
 #           On a host with one GPU all of it runs on GPU 0, one after the other.
 #   PART=G  GPU 0: A/A at ~1 ms, then at ~10 us, a fresh pair of runners for every decision
 #                  (GW="1ms:300 10us:200": workload:seconds; GK calls per pair side, 1).
+# Parts A-E ran bench/calibration.py with one pair of runners per scenario (now
+# --shared-runners); F-H with a fresh pair per decision (now its default).
 # Usage on the device: OUT=... PART=A bash bench/gpu_figures.sh
 set -u
 source bench/gpu_env.sh || exit 1
@@ -56,20 +58,20 @@ lb() {  # name, seconds, workers, prepare-ahead, submissions
 
 if [[ $PART == A ]]; then
   D10=${DEC10_S:-230}; D100=${DEC100_S:-230}
-  CUDA_VISIBLE_DEVICES=1 timeout $((D10 + D100 + 60)) python3 bench/calibration.py --device cuda \
+  CUDA_VISIBLE_DEVICES=1 timeout $((D10 + D100 + 60)) python3 bench/calibration.py --device cuda --shared-runners \
       --parts decisions --workloads 10us,100us --aa 120 --power 40 --budget "10us=$D10,100us=$D100" \
       --out "$R/calibration_small.json" > "$R/cal_small.log" 2>&1 &
   cold 1 0
   CUDA_VISIBLE_DEVICES=0 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py \
       > "$R/pytest_gpu.txt" 2>&1
   lb ahead1 "${LB_S:-120}" 1 on 12
-  CUDA_VISIBLE_DEVICES=0 timeout "${AA1MS_S:-280}" python3 bench/calibration.py --device cuda \
+  CUDA_VISIBLE_DEVICES=0 timeout "${AA1MS_S:-280}" python3 bench/calibration.py --device cuda --shared-runners \
       --parts decisions --workloads 1ms --scenarios aa --aa 130 --budget "1ms=$((${AA1MS_S:-280} - 35))" \
       --out "$R/calibration_1ms_aa.json" > "$R/cal_aa.log" 2>&1
   wait
 elif [[ $PART == B ]]; then
   D10=${DEC10_S:-200}; D100=${DEC100_S:-200}
-  CUDA_VISIBLE_DEVICES=1 timeout $((D10 + D100 + 70)) python3 bench/calibration.py --device cuda \
+  CUDA_VISIBLE_DEVICES=1 timeout $((D10 + D100 + 70)) python3 bench/calibration.py --device cuda --shared-runners \
       --parts decisions --workloads 10us,100us --aa 120 --power 40 --budget "10us=$D10,100us=$D100" \
       --out "$R/calibration_small.json" > "$R/cal_small.log" 2>&1 &
   CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py \
@@ -83,7 +85,7 @@ elif [[ $PART == E ]]; then  # what the issue still lacks (prepared for the next
         --workload 100us --blocks 4 --block-s "${PD_BLOCK_S:-50}" \
         --out "$R/prepare_disturbance.json" > "$R/prepare_disturbance.log" 2>&1
     # the 100 us spread with 5 calls per pair side (acceptance.calls_per_pair)
-    CUDA_VISIBLE_DEVICES=0 timeout "${K5_S:-220}" python3 bench/calibration.py --device cuda \
+    CUDA_VISIBLE_DEVICES=0 timeout "${K5_S:-220}" python3 bench/calibration.py --device cuda --shared-runners \
         --parts decisions --workloads 100us --scenarios aa --aa 120 --calls-per-pair 5 \
         --budget "100us=$((${K5_S:-220} - 35))" --out "$R/calibration_100us_k5.json" > "$R/cal_k5.log" 2>&1
   ) &
@@ -102,7 +104,7 @@ elif [[ $PART == E ]]; then  # what the issue still lacks (prepared for the next
       while (( $(jobs -rp | wc -l) >= 3 )); do wait -n; done
     done
     wait
-    CUDA_VISIBLE_DEVICES=1 timeout 200 python3 bench/calibration.py --device cuda --parts cheats \
+    CUDA_VISIBLE_DEVICES=1 timeout 200 python3 bench/calibration.py --device cuda --shared-runners --parts cheats \
         --workloads 10us,100us --out "$R/calibration_cheats.json" > "$R/cal_cheats.log" 2>&1
   ) &
   wait
@@ -147,7 +149,7 @@ elif [[ $PART == D ]]; then  # more honest evaluations: the leaderboard on both 
 else
   (
     cold 3 1
-    CUDA_VISIBLE_DEVICES=1 timeout "${DEC_S:-400}" python3 bench/calibration.py --device cuda \
+    CUDA_VISIBLE_DEVICES=1 timeout "${DEC_S:-400}" python3 bench/calibration.py --device cuda --shared-runners \
         --parts decisions --workloads 100us,1ms --scenarios gain1,gain2 --power 40 \
         --budget "100us=${DEC100_S:-110},1ms=${DEC1MS_S:-230}" --out "$R/calibration_gain.json" \
         > "$R/cal_gain.log" 2>&1

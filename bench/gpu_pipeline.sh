@@ -32,7 +32,7 @@ cold() {  # three cold CLI runs on GPU 0, one JSON line each
 }
 
 small_decisions() {  # GPU $1, timeout $2: A/A and injected slowdowns at ~10 us and ~100 us
-  CUDA_VISIBLE_DEVICES=$1 timeout "$2" python3 bench/calibration.py --device cuda --parts decisions \
+  CUDA_VISIBLE_DEVICES=$1 timeout "$2" python3 bench/calibration.py --device cuda --shared-runners --parts decisions \
       --workloads 10us,100us --budget "10us=$(( ($2 - 60) * 2 / 5 )),100us=$(( ($2 - 60) * 3 / 5 ))" \
       --out "$R/calibration_small.json" >> "$R/gpu1.log" 2>&1
   echo "calibration small rc=$?" >> "$R/gpu1.log"

@@ -20,12 +20,14 @@ from sandbox.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
 
 
 def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential: bool,
-                  calls_per_pair: int | None = None) -> PairsRecord:
+                  calls_per_pair: int | None = None,
+                  empty: dict[str, float] | None = None) -> PairsRecord:
     """Up to ``n_max`` interleaved pairs; a controlled rule stops at a decisive look.
 
     Each pair is ``calls_per_pair`` rounds (the task's unless given) of one call per side,
     in the pair's order, each round on fresh inputs; a side's time in the pair is the
-    median of its calls."""
+    median of its calls. ``empty`` (calibration) receives each side's median event time of
+    its interleaved empty calls (``cur``, ``cand``): a runner's own timing path, no kernel."""
     acc = ev.task.acceptance
     k = max(1, acc.calls_per_pair if calls_per_pair is None else calls_per_pair)
     slots = ev.slots()
@@ -63,6 +65,11 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
             clocks[id(side)].raise_if_escaped(who)
         except StageFailure as e:
             raise (e.renamed("current_") if side is cur else e) from None
+    if empty is not None:
+        for side, name in ((cur, "cur"), (cand, "cand")):
+            c = clocks[id(side)]
+            empty[name] = stats.median([j - o for j, o in zip(c.noop_judge, c.noop_overhead,
+                                                               strict=True)])
     base = stats.median(clocks[id(cur)].noop_judge + clocks[id(cand)].noop_judge)
     return PairsRecord(t_cur=tuple(per_pair(clocks[id(cur)].samples(base), k)),
                        t_cand=tuple(per_pair(clocks[id(cand)].samples(base), k)))

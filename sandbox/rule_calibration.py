@@ -10,7 +10,9 @@ A scenario's runners serve all its decisions, unless it asks for ``fresh_runners
 every decision gets a new pair, as every acceptance does, so that an offset that belongs
 to one pair of runners (it stays for their life) counts in the spread between decisions
 instead of shifting them all. A sandbox has 32 runner uids, never reused: such a scenario
-stops when they run out (``stopped``), and the host starts another sandbox.
+stops when they run out (``stopped``), and the host starts another sandbox. Each decision
+also records each side's median event time of an empty call (``empty_cur``,
+``empty_cand``): whether an offset between two runners lies in their timing path itself.
 """
 
 from __future__ import annotations
@@ -53,9 +55,12 @@ def run_calibration(ev: Evaluation) -> None:
                     break
                 sides = _open(ev, sc)
             cand, cur = sides
+            empty: dict[str, float] = {}
             d = measure_pairs(ev, cand, cur, int(sc.get("pairs", ev.req.calibrate.pairs)), False,
-                              calls_per_pair=int(sc.get("calls_per_pair", 1)))
-            decisions.append({"t_cur": _round(d.t_cur), "t_cand": _round(d.t_cand)})
+                              calls_per_pair=int(sc.get("calls_per_pair", 1)), empty=empty)
+            decisions.append({"t_cur": _round(d.t_cur), "t_cand": _round(d.t_cand),
+                              "empty_cur": _round((empty["cur"],))[0],
+                              "empty_cand": _round((empty["cand"],))[0]})
             out[sc["name"]]["seconds"] = round(time.monotonic() - t0, 2)
         for side in sides or ():
             ev.close_side(side)

@@ -49,6 +49,7 @@ def _check(decisions: list[dict[str, list[float]]], n: int) -> None:
     for d in decisions:
         assert len(d["t_cur"]) == len(d["t_cand"]) == 3
         assert all(t > 0 for t in (*d["t_cur"], *d["t_cand"]))
+        assert d["empty_cur"] >= 0 and d["empty_cand"] >= 0  # the runners' empty calls
 
 
 def test_one_pair_of_runners_serves_every_decision_by_default() -> None:
