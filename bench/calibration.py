@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from injection import calibrate_injection  # noqa: E402
 
+from grader.errors import InfrastructureError  # noqa: E402
 from grader.evaluate import (  # noqa: E402
     EvalRequest,
     evaluate,
@@ -226,9 +227,13 @@ def decide(sc: list[dict[str, Any]], files: dict[str, str], spec: Any, ref: str,
         req = mode_request("calibrate", a.device, task=spec.to_wire(), reference=ref,
                            candidate="/kg/in/a.py",
                            calibrate=CalibrateWire(scenarios=tuple(todo), decisions=a.aa, pairs=a.pairs))
-        p = run_judge_mode(req, files, backend=a.backend,
-                           limits=Limits(compile_s=120, run_s=run_s, memory_mib=65536))
         sandboxes += 1
+        try:
+            p = run_judge_mode(req, files, backend=a.backend,
+                               limits=Limits(compile_s=120, run_s=run_s, memory_mib=65536))
+        except InfrastructureError as e:  # keep the earlier sandboxes' decisions
+            errors.append({"code": "infrastructure", "message": str(e)[:2000]})
+            return cal, errors, sandboxes
         errors += [dataclasses.asdict(e) for e in p.errors]
         new = 0
         for name, got in (p.calibration or {}).items():
