@@ -206,11 +206,13 @@ def empty_call_offsets(decisions: list[dict[str, Any]]) -> dict[str, Any]:
     return {"offset_sd_us": sx, "empty_offset_sd_us": sy, "offset_vs_empty_corr": corr}
 
 
-def decide(sc: list[dict[str, Any]], files: dict[str, str], spec: Any, ref: str,
-           a: argparse.Namespace, budget_s: float) -> tuple[dict[str, Any], list[Any], int]:
-    """The scenarios' decisions, in as many sandboxes as fresh runners need (a sandbox has
-    32 runner uids: ~15 fresh pairs); each sandbox goes on with what is still wanted, within
-    what is left of each scenario's budget."""
+def decide(sc: list[dict[str, Any]], files: dict[str, str], spec: Any, ref: str, *,
+           device: str, backend: str, fresh: bool,
+           budget_s: float) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+    """The scenarios' decisions (each scenario names its ``decisions``, ``pairs`` and
+    ``budget_s``) in calibrate-mode sandboxes: one, or with ``fresh`` runner pairs as many
+    as they need (a sandbox has 32 runner uids: 16 fresh pairs), each going on with what is
+    still wanted within what is left of each scenario's budget."""
     cal: dict[str, Any] = {s["name"]: {"decisions": [], "seconds": 0.0} for s in sc}
     errors: list[Any] = []
     sandboxes, t0 = 0, time.monotonic()
@@ -222,14 +224,17 @@ def decide(sc: list[dict[str, Any]], files: dict[str, str], spec: Any, ref: str,
             if len(got["decisions"]) < s["decisions"] and left > 5:
                 todo.append({**s, "decisions": s["decisions"] - len(got["decisions"]), "budget_s": left})
         run_s = budget_s - (time.monotonic() - t0)
-        if not todo or run_s < 35 or errors or (sandboxes and not a.fresh_runners):
+        if not todo or run_s < 35 or errors or (sandboxes and not fresh):
             return cal, errors, sandboxes
-        req = mode_request("calibrate", a.device, task=spec.to_wire(), reference=ref,
+        todo = [{**s, "fresh_runners": fresh} for s in todo]
+        req = mode_request("calibrate", device, task=spec.to_wire(), reference=ref,
                            candidate="/kg/in/a.py",
-                           calibrate=CalibrateWire(scenarios=tuple(todo), decisions=a.aa, pairs=a.pairs))
+                           calibrate=CalibrateWire(scenarios=tuple(todo),
+                                                   decisions=max(s["decisions"] for s in todo),
+                                                   pairs=todo[0]["pairs"]))
         sandboxes += 1
         try:
-            p = run_judge_mode(req, files, backend=a.backend,
+            p = run_judge_mode(req, files, backend=backend,
                                limits=Limits(compile_s=120, run_s=run_s, memory_mib=65536))
         except InfrastructureError as e:  # keep the earlier sandboxes' decisions
             errors.append({"code": "infrastructure", "message": str(e)[:2000]})
@@ -328,9 +333,9 @@ def main() -> int:
                 s["pairs"] = a.pairs
                 s["calls_per_pair"] = a.calls_per_pair
                 s["budget_s"] = budgets[wname] * weights[s["name"]] / total
-                s["fresh_runners"] = a.fresh_runners
             t0 = time.monotonic()
-            cal, errors, sandboxes = decide(sc, files, spec, ref, a, budgets[wname])
+            cal, errors, sandboxes = decide(sc, files, spec, ref, device=a.device, backend=a.backend,
+                                            fresh=a.fresh_runners, budget_s=budgets[wname])
             w["decision_wall_s"] = round(time.monotonic() - t0, 1)
             w["sandboxes"], w["fresh_runners"] = sandboxes, a.fresh_runners
             if errors:

@@ -39,12 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from calibration import analyse, make_task, source  # noqa: E402
+from calibration import analyse, decide, make_task, source  # noqa: E402
 
-from grader.evaluate import mode_request, run_judge_mode  # noqa: E402
-from grader.limits import Limits  # noqa: E402
 from grader.task import load_task  # noqa: E402
-from sandbox.wire import CalibrateWire  # noqa: E402
 
 # What a runner does before it is given a module: import torch, then sandbox.runner's own
 # Triton preparation (a judge's import is the same torch import).
@@ -89,18 +86,14 @@ def per_pair_noise(decisions: list[dict[str, list[float]]]) -> float | None:
 
 def block(spec_ref: tuple[Any, str], device: str, backend: str, seconds: float, pairs: int,
           max_decisions: int) -> tuple[list[dict[str, list[float]]], list[str]]:
-    """One calibrate-mode sandbox: A/A decisions for ``seconds``."""
+    """One calibrate-mode sandbox, one pair of runners: A/A decisions for ``seconds``."""
     spec, ref = spec_ref
     files = {"a.py": source("honest"), "a2.py": source("honest")}
-    sc = ({"name": "aa", "current": "/kg/in/a.py", "candidate": "/kg/in/a2.py",
-           "decisions": max_decisions, "pairs": pairs, "budget_s": seconds},)
-    req = mode_request("calibrate", device, task=spec.to_wire(), reference=ref,
-                       candidate="/kg/in/a.py",
-                       calibrate=CalibrateWire(scenarios=sc, decisions=max_decisions, pairs=pairs))
-    p = run_judge_mode(req, files, backend=backend,
-                       limits=Limits(compile_s=120, run_s=seconds + 60, memory_mib=65536))
-    errors = [f"{e.code}: {e.message[:200]}" for e in p.errors]
-    return list((p.calibration or {}).get("aa", {}).get("decisions", [])), errors
+    sc = [{"name": "aa", "current": "/kg/in/a.py", "candidate": "/kg/in/a2.py",
+           "decisions": max_decisions, "pairs": pairs, "budget_s": seconds}]
+    cal, errors, _ = decide(sc, files, spec, ref, device=device, backend=backend, fresh=False,
+                            budget_s=seconds + 60)
+    return list(cal["aa"]["decisions"]), [f"{e['code']}: {e['message'][:200]}" for e in errors]
 
 
 def main() -> int:

@@ -27,8 +27,8 @@ from sandbox.identity import runner_ids_left
 from sandbox.sides import Side, paired_buffers
 
 
-def _round(xs: tuple[float, ...]) -> list[float]:
-    return [float(f"{x:.6g}") for x in xs]
+def _sig(x: float) -> float:
+    return float(f"{x:.6g}")
 
 
 def run_calibration(ev: Evaluation) -> None:
@@ -58,9 +58,8 @@ def run_calibration(ev: Evaluation) -> None:
             empty: dict[str, float] = {}
             d = measure_pairs(ev, cand, cur, int(sc.get("pairs", ev.req.calibrate.pairs)), False,
                               calls_per_pair=int(sc.get("calls_per_pair", 1)), empty=empty)
-            decisions.append({"t_cur": _round(d.t_cur), "t_cand": _round(d.t_cand),
-                              "empty_cur": _round((empty["cur"],))[0],
-                              "empty_cand": _round((empty["cand"],))[0]})
+            decisions.append({"t_cur": [_sig(t) for t in d.t_cur], "t_cand": [_sig(t) for t in d.t_cand],
+                              "empty_cur": _sig(empty["cur"]), "empty_cand": _sig(empty["cand"])})
             out[sc["name"]]["seconds"] = round(time.monotonic() - t0, 2)
         for side in sides or ():
             ev.close_side(side)

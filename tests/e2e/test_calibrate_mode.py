@@ -4,7 +4,6 @@ run out, and bench/calibration.py's host loop that goes on in a new sandbox."""
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -76,9 +75,8 @@ def test_the_bench_goes_on_in_a_new_sandbox_when_a_sandbox_has_no_uids_left() ->
     spec, ref = load_task(TASK)
     wanted = len(RUNNER_IDS) // 2 + 2
     sc = [{**_scenario(wanted, True), "budget_s": 170.0}]
-    a = argparse.Namespace(device="cpu", backend=backend_or_skip("bwrap"), fresh_runners=True,
-                           aa=wanted, pairs=3)
-    cal, errors, sandboxes = decide(sc, {"a.py": GOOD, "b.py": GOOD}, spec, ref, a, 180.0)
+    cal, errors, sandboxes = decide(sc, {"a.py": GOOD, "b.py": GOOD}, spec, ref, device="cpu",
+                                    backend=backend_or_skip("bwrap"), fresh=True, budget_s=180.0)
     assert not errors, errors
     assert sandboxes == 2
     _check(cal["aa"]["decisions"], wanted)
