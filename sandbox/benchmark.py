@@ -21,6 +21,10 @@ from sandbox.wire import ErrorStage, TimingRecord
 
 # Fewest timed calls (each with an interleaved empty call) the escape check rests on, GPU.
 ESCAPE_MIN_CALLS = 40
+# The same on the CPU, where the check is only evidence of a tampered clock: with the 3 calls
+# of a 3-pair acceptance, CI's leaderboard test (two workers on two cores) saw the median of
+# an honest reference's round trips exceed its empty calls' by 2.16 ms, over the 2 ms budget.
+ESCAPE_MIN_CALLS_CPU = 10
 
 
 class SideClock:
@@ -61,15 +65,16 @@ class SideClock:
         return [max(j - base, 1e-6) for j in self.judge_ms[:n]]
 
     def top_up(self, slots: list[Slot], base_threads: int) -> None:
-        """On CUDA, timed calls for the escape check alone, up to ESCAPE_MIN_CALLS: the
-        calls so far keep deciding the time (``deciding``). The judge's round trip spreads
-        over ~0.5-0.9 ms on an H200, and the median of 10 of them (a task with 5 samples x
-        2 reps) moved by up to 0.12 ms between real and empty calls of honest kernels."""
+        """Timed calls for the escape check alone, up to ESCAPE_MIN_CALLS on CUDA and
+        ESCAPE_MIN_CALLS_CPU on the CPU: the calls so far keep deciding the time
+        (``deciding``). The judge's round trip spreads over ~0.5-0.9 ms on an H200, and the
+        median of 10 of them (a task with 5 samples x 2 reps) moved by up to 0.12 ms between
+        real and empty calls of honest kernels; on a loaded CPU the median of 3 went 2 ms
+        past the empty calls'."""
         self.deciding = len(self.ms)
-        if self.ev.dev != "cuda":
-            return
+        least = ESCAPE_MIN_CALLS if self.ev.dev == "cuda" else ESCAPE_MIN_CALLS_CPU
         frac = self.ev.task.correctness.timed_check_fraction
-        while len(self.ms) < ESCAPE_MIN_CALLS:
+        while len(self.ms) < least:
             check = frac >= 1.0 or self.ev.rng.random() < frac
             r = self.ev.timed(self.side, slots, check, self.stage)
             check_threads(self.side, r, base_threads, self.stage)

@@ -202,7 +202,7 @@ def test_each_pair_times_calls_per_pair_rounds_interleaved_on_shared_inputs(
 
     def timed(side: Any, slots: Any, check: bool, stage: str, inputs: Any = None,
               buf: int = 0) -> dict[str, Any]:
-        calls.append((side.path, inputs["seed"]))
+        calls.append((side.path, inputs["seed"] if inputs else None))
         t = next(times[side.path])
         return {"ms": t, "judge_ms": t + 1.0, "tail_ms": 0.0, "threads": 1, "host_ms": (0.0, 0.0)}
 
@@ -221,6 +221,8 @@ def test_each_pair_times_calls_per_pair_rounds_interleaved_on_shared_inputs(
     assert calls == [("cand", 1), ("scrub cand", 0), ("cur", 1), ("cand", 2), ("scrub cand", 0),
                      ("cur", 2), ("cand", 3), ("scrub cand", 0), ("cur", 3),
                      ("cur", 4), ("scrub cur", 0), ("cand", 4), ("cur", 5), ("scrub cur", 0),
-                     ("cand", 5), ("cur", 6), ("scrub cur", 0), ("cand", 6)]
+                     ("cand", 5), ("cur", 6), ("scrub cur", 0), ("cand", 6),
+                     # then calls for the escape check alone, up to 10 per side on the CPU
+                     *[("cand", None)] * 4, *[("cur", None)] * 4]
     # the CPU decides on the judge's clock less the empty calls' round trip (1.0)
     assert rec.t_cand == (3.0, 3.0) and rec.t_cur == (4.0, 4.0)
