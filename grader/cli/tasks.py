@@ -142,8 +142,10 @@ def check_cmd(task_dir: Path, seed: int | None, as_json: bool, backend: str, dev
     from grader.shapes import named
     from grader.task import load_task
     from grader.tasks.check import check_task
+    from grader.tasks.common import confined_task_folder
 
     try:
+        confined_task_folder(task_dir)
         spec, reference = load_task(task_dir)
         rep = check_task(spec, reference, backend=backend, device=device, seed=seed)
     except KgraderError as e:

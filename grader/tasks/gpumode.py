@@ -17,6 +17,7 @@ also runs on every checked call.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,10 @@ from grader.tasks.common import (
     DEFAULT_SEEDS,
     IMPORTED_ACCEPTANCE,
     ImportedTask,
+    ProblemPathError,
+    confined_file,
     merge,
+    read_confined,
     read_source,
     task_name,
     top_level_functions,
@@ -41,12 +45,9 @@ NOT_HELPERS = {"submission.py", "reference.py", "eval.py"}
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
+    """``task.yml``, opened without following a link (callers confine the path first)."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise TaskError(f"{path.parent}: no task.yml (not a GPU MODE problem folder)") from None
-    except UnicodeDecodeError:
-        raise TaskError(f"{path}: not UTF-8") from None
+        raw = yaml.safe_load(read_confined(path, "task.yml"))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -137,33 +138,56 @@ def _callee(func: ast.expr) -> str:
     return func.id if isinstance(func, ast.Name) else ""
 
 
-def helper_modules(folder: Path, raw: dict[str, Any]) -> dict[str, str]:
-    """Helper modules the problem ships (``files:`` entries, and task.py / utils.py beside it)."""
+def problem_root(folder: Path) -> Path:
+    """The tree a GPU MODE problem may reach: its problem set, the folder above it.
+
+    GPU MODE keeps helpers shared by a set's problems there (``files:`` names
+    ``../utils.py``); nothing above it, and nothing but ``.py`` files, is followed."""
+    return Path(os.path.abspath(folder)).parent
+
+
+def helper_modules(folder: Path, raw: dict[str, Any], root: Path | None = None) -> dict[str, str]:
+    """Helper modules the problem ships (``files:`` entries, and task.py / utils.py beside it).
+
+    Every path followed stays inside ``root`` (default :func:`problem_root`), through no
+    symbolic link, to a regular ``.py`` file (:func:`grader.tasks.common.confined_file`);
+    anything else is a :class:`ProblemPathError` and the problem is not imported."""
+    root = problem_root(folder) if root is None else root
     paths: dict[str, Path] = {}
-    for f in raw.get("files") or []:
+    for i, f in enumerate(raw.get("files") or []):
         if isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("source"), str) \
                 and f["name"].endswith(".py") and f["name"] not in NOT_HELPERS \
                 and "@" not in f["source"]:
-            paths[f["name"][:-3]] = (folder / f["source"]).resolve()
+            what = f"{folder}/task.yml files[{i}] ({f['name']})"
+            if not f["source"].endswith(".py"):
+                raise ProblemPathError(f"{what}: source {f['source']!r} is not a .py file; a "
+                                       "helper module's source must be Python")
+            paths[f["name"][:-3]] = confined_file(root, folder, f["source"], what)
     for name in ("task", "utils"):
-        if name not in paths and (folder / f"{name}.py").is_file():
-            paths[name] = folder / f"{name}.py"
+        if name not in paths and os.path.lexists(folder / f"{name}.py"):
+            paths[name] = confined_file(root, folder, f"{name}.py", f"{folder}/{name}.py")
     out = {}
     for name, p in paths.items():
         if not name.isidentifier():
             continue
-        if not p.is_file():
-            raise TaskError(f"{folder}/task.yml names helper {name}.py at {p}, which is missing")
-        out[name] = read_source(p)[0]
+        out[name] = read_source(p, f"helper {name}.py")[0]
     return out
 
 
 def import_problem(folder: Path, *, policy: str = "default",
-                   overrides: dict[str, Any] | None = None) -> ImportedTask:
-    """One GPU MODE problem folder as a task (not yet written, not yet checked)."""
-    yml = folder / "task.yml"
+                   overrides: dict[str, Any] | None = None, root: Path | None = None
+                   ) -> ImportedTask:
+    """One GPU MODE problem folder as a task (not yet written, not yet checked).
+
+    ``root``: the tree its paths may reach (default :func:`problem_root`)."""
+    root = problem_root(folder) if root is None else root
+    if not os.path.lexists(folder / "task.yml"):
+        raise TaskError(f"{folder}: no task.yml (not a GPU MODE problem folder)")
+    yml = confined_file(root, folder, "task.yml", "problem file")
     raw = read_yaml(yml)
-    text, tree = read_source(folder / "reference.py")
+    if not os.path.lexists(folder / "reference.py"):
+        raise TaskError(f"problem file not found: {folder / 'reference.py'}")
+    text, tree = read_source(confined_file(root, folder, "reference.py", "problem file"))
     funcs = top_level_functions(tree)
     for need in ("ref_kernel", "generate_input"):
         if need not in funcs:
@@ -176,7 +200,7 @@ def import_problem(folder: Path, *, policy: str = "default",
     dims, fixed = split_args(tests + benchmarks, seed_arg, yml)
     tune, bench = dims[:len(tests)], dims[len(tests):]
     hidden = [b for b in bench[1:] if b not in tune]
-    modules = helper_modules(folder, raw)
+    modules = helper_modules(folder, raw, root)
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
         {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     for name in ("utils", "task"):
@@ -215,12 +239,22 @@ def import_problem(folder: Path, *, policy: str = "default",
 
 
 def find_problems(path: Path) -> list[Path]:
-    """``path`` if it is a problem folder, else the problem folders under it."""
+    """``path`` if it is a problem folder, else the problem folders under it (found through
+    no symbolic link: a linked task.yml, reference.py or folder is not a problem here)."""
     if (path / "task.yml").is_file() and (path / "reference.py").is_file():
         return [path]
     if not path.is_dir():
         raise TaskError(f"not a folder: {path}")
-    found = sorted(p.parent for p in path.rglob("task.yml") if (p.parent / "reference.py").is_file())
+    found = sorted(p.parent for p in path.rglob("task.yml")
+                   if _unlinked(path, p) and _unlinked(path, p.parent / "reference.py"))
     if not found:
         raise TaskError(f"{path}: no GPU MODE problem folders (task.yml beside reference.py)")
     return found
+
+
+def _unlinked(root: Path, p: Path) -> bool:
+    try:
+        confined_file(root, root, str(p.relative_to(root)), "problem file")
+    except ProblemPathError:
+        return False
+    return True

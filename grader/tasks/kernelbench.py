@@ -14,6 +14,7 @@ any variant the reference cannot run.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from grader.tasks.common import (
     DEFAULT_SEEDS,
     IMPORTED_ACCEPTANCE,
     ImportedTask,
+    confined_file,
     merge,
     names_used,
     read_source,
@@ -111,9 +113,17 @@ def _nudge(v: int, step: int) -> int:
 
 
 def import_problem(path: Path, *, policy: str = "cuda-inline",
-                   overrides: dict[str, Any] | None = None) -> ImportedTask:
-    """One KernelBench problem file as a task (not yet written, not yet checked)."""
-    text, tree = read_source(path)
+                   overrides: dict[str, Any] | None = None, root: Path | None = None
+                   ) -> ImportedTask:
+    """One KernelBench problem file as a task (not yet written, not yet checked).
+
+    ``root``: the tree the file must lie in, reached through no symbolic link (default:
+    its own folder); a linked or non-regular file is a :class:`grader.tasks.common.ProblemPathError`."""
+    folder = Path(os.path.abspath(path)).parent
+    root = folder if root is None else root
+    if not os.path.lexists(path):
+        raise TaskError(f"problem file not found: {path}")
+    text, tree = read_source(confined_file(root, folder, path.name, "problem file"))
     if not is_problem(tree):
         missing = [r for r in REQUIRED if r not in
                    {n.name for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}]
@@ -150,8 +160,9 @@ def find_problems(path: Path) -> list[Path]:
         raise TaskError(f"not a file or folder: {path}")
     found = []
     for p in sorted(path.rglob("*.py")):
-        try:
-            _, tree = read_source(p)
+        try:  # through no symbolic link, as import_problem will insist
+            _, tree = read_source(confined_file(path, path, str(p.relative_to(path)),
+                                                "problem file"))
         except TaskError:
             continue
         if is_problem(tree):

@@ -6,11 +6,14 @@ import ast
 import json
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
+from grader.cli.tasks import register
 from grader.errors import TaskError
 from grader.tasks import gpumode, kernelbench
-from grader.tasks.common import task_name, write_task
+from grader.tasks.common import ProblemPathError, confined_task_folder, task_name, write_task
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "field"
 KB = EXAMPLES / "kernelbench" / "problems"
@@ -172,3 +175,154 @@ def test_gpumode_missing_pieces_are_named(tmp_path: Path) -> None:
 def test_task_names_are_identifiers() -> None:
     assert task_name("1_Square matrix-mult_", "kb_") == "kb_1_square_matrix_mult"
     assert task_name("..", "gm_") == "gm_problem"
+
+
+# ---- every path an importer follows stays in the problem's tree ------------------------
+GM_REF = ("def ref_kernel(data):\n    return data\n\n"
+          "def generate_input(n, seed):\n    return None\n")
+
+
+def gm_with_files(root: Path, files: list[tuple[str, str]]) -> Path:
+    """A problem set ``root/set`` with one problem ``root/set/p`` whose task.yml lists ``files``."""
+    entries = "".join(f'  - {{"name": "{n}", "source": "{s}"}}\n' for n, s in files)
+    return write_problem(root / "set" / "p", f'files:\n{entries}tests:\n  - {{"n": 4, "seed": 1}}\n',
+                         GM_REF)
+
+
+def secret_file(tmp_path: Path) -> Path:
+    """A host file outside every problem folder, mode 0600 (what the attack copied)."""
+    s = tmp_path / "secret.py"
+    s.write_text("TOKEN = 'host-secret-6f1d'\n")
+    s.chmod(0o600)
+    return s
+
+
+@pytest.mark.parametrize("source,why", [
+    ("../../secret.py", "leaves"),
+    ("../../../../../../../../secret.py", "leaves"),
+    ("sub/../../../secret.py", "leaves"),
+])
+def test_gpumode_files_entry_with_dotdot_outside_the_set_is_refused(
+        tmp_path: Path, source: str, why: str) -> None:
+    secret_file(tmp_path)
+    (tmp_path / "set" / "p" / "sub").mkdir(parents=True)
+    f = gm_with_files(tmp_path, [("helper.py", source)])
+    with pytest.raises(ProblemPathError, match=why) as e:
+        gpumode.import_problem(f)
+    assert "files[0]" in str(e.value) and source in str(e.value)
+
+
+def test_gpumode_absolute_files_entry_is_refused(tmp_path: Path) -> None:
+    s = secret_file(tmp_path)
+    f = gm_with_files(tmp_path, [("helper.py", str(s))])
+    with pytest.raises(ProblemPathError, match="absolute path"):
+        gpumode.import_problem(f)
+
+
+def test_gpumode_non_python_files_entry_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "id_rsa").write_text("KEY")
+    f = gm_with_files(tmp_path, [("helper.py", "../id_rsa")])
+    with pytest.raises(ProblemPathError, match=r"not a \.py file"):
+        gpumode.import_problem(f)
+
+
+def test_gpumode_symlinked_helper_file_is_refused(tmp_path: Path) -> None:
+    s = secret_file(tmp_path)
+    f = gm_with_files(tmp_path, [("helper.py", "helper.py")])
+    (f / "helper.py").symlink_to(s)
+    with pytest.raises(ProblemPathError, match="symbolic link"):
+        gpumode.import_problem(f)
+    # task.py / utils.py picked up beside reference.py are followed too
+    g = write_problem(tmp_path / "set" / "q", 'tests:\n  - {"n": 4, "seed": 1}\n', GM_REF)
+    (g / "utils.py").symlink_to(s)
+    with pytest.raises(ProblemPathError, match="symbolic link"):
+        gpumode.import_problem(g)
+
+
+def test_gpumode_helper_through_symlinked_folder_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "h.py").write_text("X = 1\n")
+    f = gm_with_files(tmp_path, [("h.py", "lib/h.py")])
+    (f / "lib").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ProblemPathError, match="lib is a symbolic link"):
+        gpumode.import_problem(f)
+
+
+def test_gpumode_symlinked_reference_or_task_yml_is_refused(tmp_path: Path) -> None:
+    s = secret_file(tmp_path)
+    f = write_problem(tmp_path / "set" / "p", 'tests:\n  - {"n": 4, "seed": 1}\n', GM_REF)
+    (f / "reference.py").unlink()
+    (f / "reference.py").symlink_to(s)
+    with pytest.raises(ProblemPathError, match=r"reference\.py is a symbolic link"):
+        gpumode.import_problem(f)
+    g = write_problem(tmp_path / "set" / "q", 'tests:\n  - {"n": 4, "seed": 1}\n', GM_REF)
+    real = tmp_path / "real.yml"
+    (g / "task.yml").rename(real)
+    (g / "task.yml").symlink_to(real)
+    with pytest.raises(ProblemPathError, match=r"task\.yml is a symbolic link"):
+        gpumode.import_problem(g)
+    with pytest.raises(TaskError, match="no GPU MODE problem folders"):
+        gpumode.find_problems(tmp_path / "set")  # neither linked problem is found in a scan
+
+
+def test_gpumode_nested_and_set_level_helpers_still_import(tmp_path: Path) -> None:
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "utils.py").write_text("SHARED = 1\n")
+    f = gm_with_files(tmp_path, [("helpers.py", "lib/deep/helpers.py"), ("utils.py", "../utils.py"),
+                                 ("dot.py", "./lib/../lib/deep/dot.py")])
+    (f / "lib" / "deep").mkdir(parents=True)
+    (f / "lib" / "deep" / "helpers.py").write_text("NESTED = 2\n")
+    (f / "lib" / "deep" / "dot.py").write_text("DOT = 3\n")
+    mods = gpumode.import_problem(f).spec.problem.support_modules  # type: ignore[union-attr]
+    assert mods == {"helpers": "NESTED = 2\n", "utils": "SHARED = 1\n", "dot": "DOT = 3\n"}
+    # GPU MODE's own examples name ../utils.py: they still import
+    assert set(gpumode.import_problem(GM / "rmsnorm").spec.problem.support_modules) >= {"utils"}  # type: ignore[union-attr]
+
+
+def test_cli_import_refuses_an_escaping_files_entry_and_writes_nothing(tmp_path: Path) -> None:
+    secret_file(tmp_path)
+    f = gm_with_files(tmp_path, [("helper.py", "../../secret.py")])
+    out = tmp_path / "out"
+    out.mkdir()
+
+    @click.group()
+    def cli() -> None:
+        pass
+
+    register(cli)
+    result = CliRunner().invoke(cli, ["task", "import", "gpumode", str(f), "--out", str(out),
+                                      "--no-verify"])
+    assert result.exit_code == 2, result.output
+    assert "files[0]" in result.output and "leaves" in result.output
+    assert "host-secret" not in result.output
+    assert list(out.iterdir()) == []
+
+
+def test_kernelbench_symlinked_problem_file_is_refused_and_skipped(tmp_path: Path) -> None:
+    real = tmp_path / "elsewhere.py"
+    real.write_text((KB / "5_Linear_GELU.py").read_text())
+    probs = tmp_path / "problems"
+    probs.mkdir()
+    (probs / "linked.py").symlink_to(real)
+    (probs / "real.py").write_text(real.read_text())
+    with pytest.raises(ProblemPathError, match="symbolic link"):
+        kernelbench.import_problem(probs / "linked.py")
+    assert kernelbench.find_problems(probs) == [probs / "real.py"]
+    assert kernelbench.import_problem(probs / "real.py").spec.name == "kb_real"
+
+
+def test_task_check_refuses_a_task_folder_whose_reference_is_a_link(tmp_path: Path) -> None:
+    task = write_task(kernelbench.import_problem(KB / "5_Linear_GELU.py"), tmp_path)
+    confined_task_folder(task)
+    (task / "reference.py").unlink()
+    (task / "reference.py").symlink_to(secret_file(tmp_path))
+
+    @click.group()
+    def cli() -> None:
+        pass
+
+    register(cli)
+    result = CliRunner().invoke(cli, ["task", "check", str(task), "--backend", "bwrap"])
+    assert result.exit_code == 2 and "symbolic link" in result.output, result.output
