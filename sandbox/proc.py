@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox import harden, identity, protocol
+from sandbox import harden, identity, protocol, text
 
 
 @dataclass
@@ -34,6 +34,42 @@ class RunnerFailure(Exception):
 
 
 RUNNER_ENTRY = "sandbox.runner_boot"
+
+
+def _runner_error(err: Any) -> RunnerFailure:
+    """A runner's own account of its failure, as data: every string cleaned and capped
+    (``sandbox.text``), the code one the record's contract allows. It is the candidate's
+    text: it may hold anything, and must break nothing downstream."""
+    if not isinstance(err, dict):
+        return RunnerFailure("protocol_violation", "runner reply has neither ok nor error")
+    raw = err.get("code", "exception")
+    code = text.clean_code(raw)
+    detail: dict[str, Any] = {"type": text.clean(err.get("type", ""), text.NAME_CAP, lines=False)}
+    if code != raw:
+        detail["runner_code"] = text.clean(raw, text.NAME_CAP, lines=False)
+    line = err.get("line")
+    return RunnerFailure(code, text.clean(err.get("message", ""), 2000),
+                         line if type(line) is int and 0 < line < 1 << 31 else None, detail)
+
+
+# The fields of a runner's answer the judge turns into integers or walks: any other type
+# is the candidate's protocol violation here, never a judge crash (an infrastructure fault).
+_INT_FIELDS = ("threads", "streams", "flush_bytes")
+
+
+def _malformed(reply: dict[str, Any]) -> str | None:
+    for key in _INT_FIELDS:
+        v = reply.get(key, 0)
+        if type(v) is not int or not -(1 << 62) < v < 1 << 62:
+            return f"{key} is not an integer"
+    audit = reply.get("audit")
+    if audit is not None:
+        if not isinstance(audit, dict):
+            return "audit is not an object"
+        for key in ("ops", "compute_ops"):
+            if not isinstance(audit.get(key, []), list):
+                return f"audit.{key} is not a list"
+    return None
 
 
 def runner_argv(read_fd: int, write_fd: int, fd_sock: int, module_path: str, entry: str,
@@ -72,6 +108,8 @@ class RunnerHandle:
         # the tool is then the process-group leader, so kill() still ends the whole tree.
         try:
             self.identity = identity.new_runner_identity(module_path)
+            # the runner imports a private copy: no runner may open another's source
+            self.module = identity.install_module(self.identity, module_path)
             identity.prepare_fork()
         except (identity.IsolationUnavailable, OSError) as e:
             raise RunnerFailure(identity.ISOLATION_CODE, str(e)) from None
@@ -83,7 +121,7 @@ class RunnerHandle:
         # A unix socket beside the pipes: buffers (memfd, CUDA VMM handles) can be handed
         # over after the runner started, so that it imports torch while the judge does.
         self.sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [*prefix, *runner_argv(j2r_r, r2j_w, child_sock.fileno(), module_path, entry, device)]
+        cmd = [*prefix, *runner_argv(j2r_r, r2j_w, child_sock.fileno(), self.module, entry, device)]
         try:
             self.proc = subprocess.Popen(
                 cmd, pass_fds=(j2r_r, r2j_w, child_sock.fileno(), *pass_fds),
@@ -147,14 +185,12 @@ class RunnerHandle:
             raise RunnerFailure("protocol_violation", f"runner sent an invalid message: {e}") from None
         self.answered = True
         if reply.get("ok") is True:
+            bad = _malformed(reply)
+            if bad is not None:
+                self.kill()
+                raise RunnerFailure("protocol_violation", f"runner reply is malformed: {bad}")
             return reply
-        err = reply.get("error")
-        if not isinstance(err, dict):
-            raise RunnerFailure("protocol_violation", "runner reply has neither ok nor error")
-        line = err.get("line")
-        raise RunnerFailure(str(err.get("code", "exception"))[:40], str(err.get("message", ""))[:2000],
-                            line if isinstance(line, int) else None,
-                            {"type": str(err.get("type", ""))[:100]})
+        raise _runner_error(reply.get("error"))
 
     def request(self, msg: dict[str, Any], timeout: float, timeout_code: str = "timeout") -> dict[str, Any]:
         self.send(msg)

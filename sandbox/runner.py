@@ -27,6 +27,7 @@ from sandbox.op_audit import AuditTampered, audited, report
 from sandbox.proc import runner_arg_parser
 from sandbox.returned import Returned
 from sandbox.tensors import DTYPES
+from sandbox.text import NAME_CAP, clean
 from sandbox.timing import Timer, _perf_ns, thread_count
 
 _T_IMPORTED = time.monotonic()
@@ -41,8 +42,8 @@ def _error(code: str, exc: BaseException, path: str) -> dict[str, Any]:
         if frame.filename == path:
             line = frame.lineno
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    return {"ok": False, "error": {"code": code, "type": type(exc).__name__,
-                                   "message": text[:2000], "line": line}}
+    return {"ok": False, "error": {"code": code, "type": clean(type(exc).__name__, NAME_CAP),
+                                   "message": clean(text, 2000), "line": line}}
 
 
 def _classify(exc: BaseException) -> str:

@@ -2,7 +2,8 @@
 
 The record is size-capped, opened without following links, authenticated with the
 per-evaluation HMAC key, and parsed into strict models. Anything else is a ``sandbox``
-error, never a crash and never a pass.
+error, never a crash and never a pass. Its text is the candidate's data: cleaned of what
+pydantic or a terminal would refuse or obey, never a reason to refuse the record.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 import stat
 from pathlib import Path
 
-from sandbox import wire
+from sandbox import text, wire
 
 # The record's schema is the wire contract itself, parsed strictly by
 # ``wire.record_from_json`` (unknown keys, missing keys, wrong types) after the MAC
@@ -53,6 +54,20 @@ def _caps(rec: wire.Record) -> str | None:
     return None
 
 
+def _clean_text(body: str) -> str:
+    """The record with every string made safe (``sandbox.text.clean_strings``): the judge
+    cleans what a runner said where it enters the record, and this is the host's own pass,
+    for what the judge missed (a tool's output, a name). A lone surrogate or an escape
+    sequence in a candidate's text must not make pydantic refuse, or a terminal obey, the
+    record: a refusal would turn the candidate's text into an infrastructure error."""
+    try:
+        raw = json.loads(body)
+    except (ValueError, RecursionError):
+        return body  # the strict parse says why
+    cleaned = text.clean_strings(raw)
+    return body if cleaned == raw else json.dumps(cleaned, sort_keys=True, separators=(",", ":"))
+
+
 def read_result(path: Path, key: bytes, max_bytes: int) -> wire.Record:
     """Open without following links, cap the size, verify the MAC, validate strictly."""
     try:
@@ -85,7 +100,7 @@ def read_result(path: Path, key: bytes, max_bytes: int) -> wire.Record:
         raise ResultProblem("result_forged",
                             "result record failed authentication: it was not written by the judge")
     try:
-        rec = wire.record_from_json(body)
+        rec = wire.record_from_json(_clean_text(body))
     except wire.WireFormatError as e:
         code = "wire_mismatch" if "wire version" in str(e) else "result_malformed"
         raise ResultProblem(code, f"authenticated record does not match the contract: {e}",

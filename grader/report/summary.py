@@ -18,7 +18,10 @@ from grader.report.model import (
 )
 from grader.report.record import ResultProblem
 from grader.task import TaskSpec
-from sandbox import wire
+from sandbox import text, wire
+
+# ReportError.message's own cap: a longer message is cut, never a reason to fail the report.
+MESSAGE_MAX = 4000
 
 
 def timing_stats(spec: TaskSpec, t: wire.TimingRecord, device: str,
@@ -48,16 +51,14 @@ def timing_stats(spec: TaskSpec, t: wire.TimingRecord, device: str,
 
 def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
     """The judge's error as reported; a runner killed while a limit fired was killed by it."""
-    err = ReportError(stage=e.stage, code=e.code, origin=e.origin, message=e.message,
-                      line=e.line, detail=dict(e.detail))
-    if err.code in ("signal", "early_exit") and outcome.oom_killed:
-        return err.model_copy(update={"code": "memory_limit",
-                                      "message": "memory limit reached (the kernel's OOM killer "
-                                                 f"ended the runner): {err.message}"})
-    if err.code in ("signal", "exception", "early_exit") and outcome.pids_limited:
-        return err.model_copy(update={"code": "pids_limit",
-                                      "message": f"process/thread limit reached: {err.message}"})
-    return err
+    code, message = e.code, e.message
+    if code in ("signal", "early_exit") and outcome.oom_killed:
+        code, message = "memory_limit", ("memory limit reached (the kernel's OOM killer "
+                                         f"ended the runner): {message}")
+    elif code in ("signal", "exception", "early_exit") and outcome.pids_limited:
+        code, message = "pids_limit", f"process/thread limit reached: {message}"
+    return ReportError(stage=e.stage, code=code, origin=e.origin,
+                       message=text.clean(message, MESSAGE_MAX), line=e.line, detail=dict(e.detail))
 
 
 def no_record_error(p: ResultProblem, outcome: SandboxOutcome) -> ReportError:

@@ -7,8 +7,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # What grader/ may import from sandbox/: the contract, and the statistics both sides must
-# compute identically (the judge stops a sequential test where the host decides it).
-SHARED = {"sandbox.wire", "sandbox.stats", "sandbox.rules"}
+# compute identically (the judge stops a sequential test where the host decides it), and
+# the one rule that makes a candidate's text safe (the judge's record, the host's reports).
+SHARED = {"sandbox.wire", "sandbox.stats", "sandbox.rules", "sandbox.text"}
 MAX_LINES = 450
 
 
