@@ -52,6 +52,11 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     "tf32_flip.py": ({"compile"}, {"precision_flags_changed"}),
     "infinite_loop_launch.py": ({"correctness"}, {"timeout"}),
     "memory_bomb.py": ({"compile"}, {"memory_limit"}),
+    # candidate text is data: the candidate's own failure (exit 1), never the host's
+    "surrogate_message.py": ({"compile", "correctness"}, {"exception"}),
+    "rich_markup_message.py": ({"compile", "correctness"}, {"exception"}),
+    "control_chars_message.py": ({"compile", "correctness"}, {"exception"}),
+    "forged_runner_reply.py": ({"compile"}, {"protocol_violation"}),
 }
 LIMITS = {"compile_s": 60, "run_s": 20, "memory_mib": 1536}
 
