@@ -28,6 +28,7 @@ MODULE_RULE = "module-not-allowed"
 NAME_RULE = "name-not-allowed"
 BUILTIN_RULE = "builtin-not-allowed"
 VALUE_RULE = "module-as-value"
+ATTRIBUTE_RULE = "attribute-not-allowed"  # grader.scan.attributes
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class AllowIndex:
         self.modules = {key: _Module(NamePatterns(m.names), _segments(m.deny_segments), m.why)
                         for key, m in allow.modules}
         self.builtins = NamePatterns(allow.builtins)
+        self.attributes = (frozenset(allow.attributes) if allow.attributes is not None
+                           else None)
         self._cache: dict[tuple[str, bool], Denial | None] = {}
 
     def module_key(self, name: str) -> str | None:
@@ -134,7 +137,11 @@ def describe(allow: AllowList) -> list[str]:
         lines.extend(_wrapped("names", entry.names or ("(the module only)",)))
         if entry.deny_segments:
             lines.extend(_wrapped("never through", entry.deny_segments))
-    lines.append(f"  findings: {MODULE_RULE}, {NAME_RULE}, {BUILTIN_RULE}, {VALUE_RULE}")
+    if allow.attributes is not None:
+        lines.extend(_wrapped("attributes on values outside kernels", allow.attributes, indent=2))
+        lines.append("    (and names the file defines itself, unless tensors or frames have them)")
+    lines.append(f"  findings: {MODULE_RULE}, {NAME_RULE}, {BUILTIN_RULE}, {VALUE_RULE}, "
+                 f"{ATTRIBUTE_RULE}")
     return lines
 
 

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from grader.scan import native
+from grader.scan import attributes, native
 from grader.scan.formats import walking_fields
 from grader.scan.matchers import Hit
 from grader.scan.names import BUILTIN_NAMES, is_dunder
@@ -117,7 +117,9 @@ def on_attribute(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Attribute)
     hits = w.c.attrs(node.attr)
     if hits:
-        w.report_all(hits, node)
+        w.report_all(w.c.attrs_except(hits, lambda: w.qual(node)), node)
+    if w.c.allow is not None:
+        attributes.check(w, node, bool(ctx & JIT))
     if node.attr in FORMAT_METHODS and id(node) not in w.format_calls:
         _format_template(w, node, None)
     if not ctx & INNER:
@@ -160,8 +162,9 @@ def _attr_builtins(w: Walker, node: ast.Call, fq: str) -> None:
     literal = len(args) >= 2 and _is_str(args[1])
     if literal:
         name = args[1].value  # type: ignore[attr-defined]
-        w.report_all(w.c.attrs(name), node)
         base = w.qual(args[0])
+        w.report_all(w.c.attrs_except(w.c.attrs(name),
+                                      lambda: f"{base}.{name}" if base else None), node)
         if base is not None:
             w.report_all(w.c.refs(f"{base}.{name}"), node)
             if fq in ATTR_SETTERS:
@@ -237,6 +240,9 @@ def on_function(w: Walker, node: ast.AST, ctx: int) -> int:
 
 
 def on_class(w: Walker, node: ast.AST, ctx: int) -> int:
+    assert isinstance(node, ast.ClassDef)
+    if w.c.allow is not None:
+        attributes.on_class(w, node)
     return (ctx & ~INNER) | CLASS
 
 

@@ -7,6 +7,7 @@ a file repeats the same few names (``tl.load``, ``torch.empty``) many times.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -43,6 +44,7 @@ class Compiled:
     write_attrs: dict[str, list[Hit]] = field(default_factory=dict)
     attributes: dict[str, list[Hit]] = field(default_factory=dict)
     attribute_globs: list[tuple[Hit, NamePatterns]] = field(default_factory=list)
+    attribute_allow: dict[str, NamePatterns] = field(default_factory=dict)  # by rule id
     methods: dict[str, list[Hit]] = field(default_factory=dict)
     methods_anywhere: dict[str, list[Hit]] = field(default_factory=dict)
     operators: dict[str, list[Hit]] = field(default_factory=dict)
@@ -73,6 +75,18 @@ class Compiled:
             self._attr_cache[name] = cached
         return cached
 
+    def attrs_except(self, hits: tuple[Hit, ...],
+                     dotted: Callable[[], str | None]) -> tuple[Hit, ...]:
+        """``hits`` less those whose rule's ``allow`` matches the resolved dotted name
+        (``tl.load`` is Triton's, ``x.load`` anything's); ``dotted`` is asked only if needed."""
+        if not any(h.rule in self.attribute_allow for h in hits):
+            return hits
+        name = dotted()
+        if name is None:
+            return hits
+        return tuple(h for h in hits if h.rule not in self.attribute_allow
+                     or not self.attribute_allow[h.rule].match(name))
+
     def writes(self, name: str) -> tuple[Hit, ...]:
         cached = self._write_cache.get(name)
         if cached is None:
@@ -99,6 +113,8 @@ def compile_policy(policy: Policy) -> Compiled:
         _add(out.write_attrs, rule.write_attrs, hit)
         _add(out.attributes, tuple(a for a in rule.attributes if "*" not in a), hit)
         globs = tuple(a for a in rule.attributes if "*" in a)
+        if rule.attributes and rule.allow:
+            out.attribute_allow[rule.id] = NamePatterns(rule.allow)
         if globs:
             out.attribute_globs.append((hit, NamePatterns(globs)))
         _add(out.methods if rule.outside_kernels else out.methods_anywhere, rule.methods, hit)

@@ -43,6 +43,7 @@ MODULE_NAME = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
 # Rule ids of the allow-list's findings; the mechanism owns them, so no rule may reuse one.
 ALLOWLIST_RULE_IDS = frozenset({
     "module-not-allowed", "name-not-allowed", "builtin-not-allowed", "module-as-value",
+    "attribute-not-allowed",
 })
 
 
@@ -69,7 +70,9 @@ class Rule(_Frozen):
     rationale: str = Field(min_length=1, description="Why it exists; the THREATS.md family.")
     threat: str = Field(min_length=1, description="THREATS.md family it stops, in short.")
     refs: tuple[str, ...] = Field((), description="Names whose use (import, load, call) matches.")
-    allow: tuple[str, ...] = Field((), description="Exceptions to refs; for asm-allowlist, mnemonics.")
+    allow: tuple[str, ...] = Field(
+        (), description="Exceptions to refs, and to attributes where the whole dotted name "
+        "resolves (tl.load); for asm-allowlist, mnemonics.")
     writes: tuple[str, ...] = Field((), description="Names whose assignment/deletion matches.")
     write_attrs: tuple[str, ...] = Field((), description="Attribute names whose write matches.")
     attributes: tuple[str, ...] = Field(
@@ -143,12 +146,19 @@ class AllowListFile(_Frozen):
     modules: dict[str, AllowedModule] = Field(
         default_factory=dict, description="Importable modules by dotted name; a child's entry "
         "replaces the parent's entry of the same module.")
+    attributes: tuple[str, ...] | None = Field(
+        None, description="Attribute names allowed on values (tensors, storages, anything not "
+        "a listed module) outside @triton.jit functions; besides these, only names the file "
+        "defines itself. Left out everywhere in the chain: attributes are not checked.")
 
     @model_validator(mode="after")
     def _module_names(self) -> AllowListFile:
         for key in self.modules:
             if not re.match(MODULE_NAME, key):
                 raise ValueError(f"bad module name {key!r}")
+        for name in self.attributes or ():
+            if not re.match(r"^[A-Za-z_]\w*$", name):
+                raise ValueError(f"bad attribute name {name!r} (one identifier, no globs)")
         return self
 
 
@@ -159,6 +169,8 @@ class AllowList(_Frozen):
     builtins: tuple[str, ...]
     modules: tuple[tuple[str, AllowedModule], ...] = Field(
         description="(module, entry) pairs, sorted by module name.")
+    attributes: tuple[str, ...] | None = Field(
+        None, description="Attribute names allowed on values outside kernels; None: unchecked.")
 
     def module(self, key: str) -> AllowedModule | None:
         return next((m for k, m in self.modules if k == key), None)
@@ -317,8 +329,10 @@ def _merge_allowlist(parent: AllowList | None, own: AllowListFile | None,
     builtins = own.builtins if own.builtins is not None else (parent.builtins if parent else ())
     modules = dict(parent.modules) if parent else {}
     modules.update(own.modules)
+    attributes = own.attributes if own.attributes is not None else (
+        parent.attributes if parent else None)
     return AllowList(rationale=rationale, builtins=builtins,
-                     modules=tuple(sorted(modules.items())))
+                     modules=tuple(sorted(modules.items())), attributes=attributes)
 
 
 def _resolve(path: Path, stack: tuple[Path, ...]) -> Policy:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 
 from grader.report.model import Finding
+from grader.scan import attributes
+from grader.scan.attributes import Pending
 from grader.scan.handlers import (
     ATTR_SETTERS,
     BUILTIN_NAMES,
@@ -55,6 +57,7 @@ class Walker:
         self.dunder_strings = compiled.checks.get("dunder-string")
         self.tree: ast.Module | None = None
         self._shadowed: set[int] | None = None
+        self.attributes = Pending()
 
     # -- findings -----------------------------------------------------------------------
     def report(self, hit: Hit, line: int, col: int = 0, message: str | None = None) -> None:
@@ -161,6 +164,9 @@ class Walker:
             if kind is ast.Attribute:
                 stack.append((node.value, (ctx & ~INNER) | INNER))  # type: ignore[attr-defined]
                 continue
+            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                _push_function(stack, node, ctx & ~INNER, child_ctx)  # type: ignore[arg-type]
+                continue
             if child_ctx & TRY and (kind is ast.Try or kind is ast.TryStar):
                 _push_try(stack, node, ctx & ~INNER)  # type: ignore[arg-type]
                 continue
@@ -179,6 +185,7 @@ class Walker:
         return self.findings
 
     def finish(self) -> None:
+        attributes.finish(self)
         entry = self.c.checks.get("require-triton-kernel")
         if entry is None:
             return
@@ -302,6 +309,18 @@ _FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
 
 def _is_str(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _push_function(stack: list[tuple[ast.AST, int]],
+                   node: ast.FunctionDef | ast.AsyncFunctionDef, outer: int, inner: int) -> None:
+    """Only the body is inside the function: decorators (@triton.heuristics lambdas, which
+    get the launch's tensors), defaults and annotations run where the ``def`` is."""
+    stack.extend((item, inner) for item in reversed(node.body))
+    if node.returns is not None:
+        stack.append((node.returns, outer))
+    stack.append((node.args, outer))
+    stack.extend((item, outer) for item in reversed(getattr(node, "type_params", [])))
+    stack.extend((item, outer) for item in reversed(node.decorator_list))
 
 
 def _push_try(stack: list[tuple[ast.AST, int]], node: ast.Try | ast.TryStar, ctx: int) -> None:

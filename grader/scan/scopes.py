@@ -60,7 +60,7 @@ def _push_function(stack: list[tuple[ast.AST, Scope]],
             outer.append(node.returns)
     stack.extend((n, scope) for n in outer)
     body: list[ast.AST] = [node.body] if isinstance(node, ast.Lambda) else list(node.body)
-    local = {a.arg for a in every_arg} | _bound_in(body)
+    local = {a.arg for a in every_arg} | bound_in(body)
     declared_global = _globals_in(body)
     inner = (scope | local) - declared_global
     stack.extend((n, inner) for n in body)
@@ -69,7 +69,7 @@ def _push_function(stack: list[tuple[ast.AST, Scope]],
 def _push_class(stack: list[tuple[ast.AST, Scope]], node: ast.ClassDef, scope: Scope) -> None:
     stack.extend((n, scope) for n in (*node.decorator_list, *node.bases, *node.keywords))
     # A name bound in the class body is looked up class dict -> globals -> builtins there.
-    inner = scope - _bound_in(list(node.body))
+    inner = scope - bound_in(list(node.body))
     stack.extend((n, inner) for n in node.body)
 
 
@@ -88,7 +88,7 @@ def _push_comprehension(stack: list[tuple[ast.AST, Scope]], node: ast.expr, scop
     stack.extend((e, inner) for e in elts)
 
 
-def _bound_in(body: list[ast.AST]) -> set[str]:
+def bound_in(body: list[ast.AST]) -> set[str]:
     """Names a block binds itself, without entering nested scopes (their names do count)."""
     bound: set[str] = set()
     todo = list(body)

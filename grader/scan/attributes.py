@@ -1,0 +1,101 @@
+"""The allow-list of attribute names on values outside kernels: what is not listed is denied.
+
+The op audit only sees torch's dispatcher; ``out.numpy()[:] = x.numpy() + y.numpy()``,
+sums over ``x.tolist()``, ``x.item()`` loops, ``x.apply_(f)`` and storages read from files
+(``x.untyped_storage().from_file(...)``) never dispatch. Python is untyped, so the scan
+cannot tell a tensor from any other value; the sound rule is therefore about every value:
+outside ``@triton.jit`` functions (their decorators and defaults included, since they run
+on the host), an attribute of anything that is not a module or builtin name the scan
+resolves must be on the policy's ``[allowlist] attributes`` list (tensor metadata, views,
+the few methods a launcher uses) or be a name the file defines itself
+(a class field or method, an attribute it assigns: :class:`Pending`). Module-rooted names (``torch.empty``, ``tl.load``) are judged by
+the module allow-list (:mod:`grader.scan.allowlist`) instead.
+
+A finding is ``attribute-not-allowed`` at the attribute's line and column; the id belongs to
+this mechanism, the list is data.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from grader.scan.allowlist import ATTRIBUTE_RULE
+from grader.scan.foreign import FOREIGN_ATTRIBUTES
+from grader.scan.matchers import Hit
+from grader.scan.names import BUILTIN_NAMES, is_dunder
+from grader.scan.scopes import bound_in
+
+if TYPE_CHECKING:
+    from grader.scan.python_ast import Walker
+
+RULE = ATTRIBUTE_RULE
+
+
+@dataclass
+class Pending:
+    """What the walk learns about attributes: names the file defines, and the uses that
+    are allowed only if the file defines them (decided once the whole file is seen, since
+    a method may use ``self.block`` above the ``__init__`` that assigns it)."""
+
+    own: set[str] = field(default_factory=set)
+    uses: list[tuple[str, int, int]] = field(default_factory=list)
+
+
+def definable(name: str) -> bool:
+    """A definition in the file may allow this name: not a dunder, and no tensor, storage,
+    array, frame ... has it (:data:`grader.scan.foreign.FOREIGN_ATTRIBUTES`), so that
+    ``class C: tolist = 1`` cannot let ``x.tolist()`` through."""
+    return not is_dunder(name) and name not in FOREIGN_ATTRIBUTES
+
+
+def on_class(w: Walker, node: ast.ClassDef) -> None:
+    """Names bound in a class body (fields, methods, enum members) are the file's own."""
+    w.attributes.own |= bound_in(list(node.body))
+
+
+def on_value(w: Walker, receiver: ast.expr) -> bool:
+    """The receiver is a value, not a module or builtin path the scan resolves. A builtin's
+    name that is a function's own local (``def launch(input, out)``) is a value too."""
+    q = w.qual(receiver)
+    if q is None:
+        return True
+    return q.split(".", 1)[0] in BUILTIN_NAMES and w.is_local(receiver)
+
+
+def check(w: Walker, node: ast.Attribute, in_kernel: bool) -> None:
+    """Note what ``node`` defines; outside a kernel, check its attribute on its receiver."""
+    allow = w.c.allow
+    if allow is None or allow.attributes is None:
+        return
+    attr = node.attr
+    if not isinstance(node.ctx, ast.Load):
+        w.attributes.own.add(attr)  # self.block = ..., del obj.x
+    if in_kernel or attr in allow.attributes or not on_value(w, node.value):
+        return
+    # Point at the attribute's own name (the node starts where its receiver does).
+    line = node.end_lineno or node.lineno
+    col = node.end_col_offset - len(attr) if node.end_col_offset is not None else node.col_offset
+    if definable(attr):
+        w.attributes.uses.append((attr, line, col))
+    else:
+        _deny(w, attr, line, col, allow.policy)
+
+
+def finish(w: Walker) -> None:
+    """Deny the uses of definable names that the file did not define after all."""
+    allow = w.c.allow
+    if allow is None:
+        return
+    for attr, line, col in w.attributes.uses:
+        if attr not in w.attributes.own:
+            _deny(w, attr, line, col, allow.policy)
+
+
+def _deny(w: Walker, attr: str, line: int, col: int, policy: str) -> None:
+    why = (f".{attr} is not on policy {policy}'s list of attributes allowed on values "
+           "outside @triton.jit functions (metadata, views, allocation like the input)")
+    if not definable(attr) and not is_dunder(attr):
+        why += "; tensors, storages or frames have it, so a definition in the file does not count"
+    w.report(Hit(RULE, "deny", why), line, col)
