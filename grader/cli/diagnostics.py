@@ -21,9 +21,11 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail
 from grader.errors import KgraderError
+from grader.report.render import plain, say
 
 
 def register(cli: click.Group) -> None:
@@ -37,14 +39,18 @@ def _fmt(v: float | int | None, digits: int = 3) -> str:
 
 
 def _render(result: Any, console: Console) -> None:
+    # Kernel names, messages and advice carry the candidate's text: plain Text, never markup
+    # (grader.report.render).
     d = result.diagnostics
-    verdict = "[bold green]ran[/]" if result.ok else "[bold red]FAILED[/]"
-    console.print(f"profile {verdict}  task={result.task}  device={result.device}  tool={d.tool or '—'}  "
-                  f"dims={d.dims}  overhead {_fmt(d.profile_overhead_s)} s")
+    verdict = ("ran", "bold green") if result.ok else ("FAILED", "bold red")
+    console.print(Text.assemble("profile ", verdict, plain(
+        f"  task={result.task}  device={result.device}  tool={d.tool or '—'}  dims={d.dims}  "
+        f"overhead {_fmt(d.profile_overhead_s)} s")), highlight=False)
     for e in result.errors:
-        console.print(f"  [red]{e.stage}/{e.code}[/]{f' (line {e.line})' if e.line else ''}: {e.message}")
+        say(console, (plain(f"{e.stage}/{e.code}"), "red"),
+            f"{f' (line {e.line})' if e.line else ''}: {e.message}")
     for w in result.warnings:
-        console.print(f"  [yellow]warning[/]: {w}")
+        say(console, ("warning", "yellow"), f": {w}")
     if d.kernels:
         tab = Table("kernel", "ms", "SM %", "DRAM %", "occ. %", "theor. %", "regs", "smem B",
                     "spill B", "L1 %", "L2 %", "bank confl.", "top stall",
@@ -52,20 +58,21 @@ def _render(result: Any, console: Console) -> None:
         for k in d.kernels:
             c = k.counters
             stall = f"{c.top_stalls[0].reason} {c.top_stalls[0].share_pct:.0f}%" if c.top_stalls else "—"
-            tab.add_row(k.name[:40], _fmt(c.duration_ms), _fmt(c.sm_throughput_pct),
+            tab.add_row(Text(plain(k.name[:40])), _fmt(c.duration_ms), _fmt(c.sm_throughput_pct),
                         _fmt(c.dram_throughput_pct), _fmt(c.achieved_occupancy_pct),
                         _fmt(c.theoretical_occupancy_pct), _fmt(c.registers_per_thread),
                         _fmt(c.shared_mem_per_block_bytes), _fmt(c.spill_bytes),
-                        _fmt(c.l1_hit_rate_pct), _fmt(c.l2_hit_rate_pct), _fmt(c.bank_conflicts), stall)
+                        _fmt(c.l1_hit_rate_pct), _fmt(c.l2_hit_rate_pct), _fmt(c.bank_conflicts),
+                        Text(plain(stall)))
         console.print(tab)
     if d.roofline_fraction is not None:
-        console.print(f"  roofline: {d.bound}-bound, {100 * d.roofline_fraction:.0f}% of the bound")
+        say(console, f"roofline: {d.bound}-bound, {100 * d.roofline_fraction:.0f}% of the bound")
     for line in d.advice:
-        console.print(f"  [cyan]advice[/]: {line}")
+        say(console, ("advice", "cyan"), f": {line}")
     for key, why in d.unmeasured.items():
-        console.print(f"  [dim]{key}: {why}[/]")
+        say(console, (plain(f"{key}: {why}"), "dim"))
     for note in d.notes:
-        console.print(f"  [dim]note: {note}[/]")
+        say(console, (plain(f"note: {note}"), "dim"))
 
 
 @click.command("profile")

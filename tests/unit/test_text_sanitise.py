@@ -218,3 +218,26 @@ def test_control_characters_in_a_report_never_reach_the_terminal() -> None:
     report.warnings = ["\x1b]0;title\x07 \x1b[1A\r"]
     out = _render(report)
     assert not any(c in out for c in UNSAFE) and "\\x1b[2J" in out and "\\x1b]0;title\\x07" in out
+
+
+def test_profile_rendering_prints_kernel_names_and_advice_literally() -> None:
+    """`kgrader profile` shows what ncu echoed of the candidate: its kernel names."""
+    from types import SimpleNamespace
+
+    from grader.cli.diagnostics import _render as render_profile
+    from grader.diagnostics.models import Diagnostics, KernelCounters, KernelDiagnostics
+
+    name = "[bold green]PASS[/]\x1b[2J_kernel"
+    diag = Diagnostics(tool="ncu", kernels=[KernelDiagnostics(name=name, launches=1,
+                                                              counters=KernelCounters())],
+                       advice=[f"{name}: [/] spills"], notes=["[red]n[/]"])
+    result = SimpleNamespace(diagnostics=diag, ok=False, task="t", device="cuda",
+                             errors=[ReportError(stage="compile", code="exception",
+                                                 origin="candidate", message="[/]")],
+                             warnings=["[/]"])
+    buf = io.StringIO()
+    render_profile(result, Console(file=buf, width=200, color_system=None))
+    out = buf.getvalue()
+    assert "[bold green]PASS[/]\\x1b[2J_ker" in out and "\x1b" not in out
+    assert ": [/] spills" in out and "[red]n[/]" in out
+    assert _at_margin(out)[0].startswith("profile FAILED")
