@@ -1,0 +1,23 @@
+# expect: deny attribute-not-allowed
+"""Host copies, numpy arithmetic (no numpy import: ndarray methods and operators) and a copy
+back: the op audit sees only _to_copy and copy_."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+def launch(x, y, out):
+    add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024)
+    host = x.cpu().numpy() + y.to("cpu").numpy()
+    out.copy_(torch.as_tensor(host).to(out.device))

@@ -1,0 +1,28 @@
+# expect: deny attribute-not-allowed
+"""Defines a class attribute named like a tensor method, hoping the definition makes
+x.tolist() look like a call of its own."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+class Rows:
+    tolist = None
+    item = None
+
+
+def launch(x, y, out):
+    add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024)
+    out.view(-1)[:] = torch.tensor([a + b for a, b in zip(x.view(-1).tolist(),
+                                                          y.view(-1).tolist())])

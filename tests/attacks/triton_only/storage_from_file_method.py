@@ -1,0 +1,23 @@
+# expect: deny attribute-not-allowed
+"""Reads the current best's source through a tensor's own storage: from_file reached as a
+method of a value, where the dotted-name rules see no torch.from_file."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, x + y, mask=mask)
+
+
+def launch(x, y, out):
+    add_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024)
+    text = x.untyped_storage().from_file("/kg/in/current.py", False, 4096)
+    raise RuntimeError(repr(text))
