@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.cli.common import kgrader_errors
+from grader.report.render import plain
 from grader.scan import ScanResult, list_policies, load_policy, read_candidate, scan_source
 from grader.scan.allowlist import describe
 from grader.scan.corpus import run_corpus
@@ -32,15 +33,17 @@ def _console() -> Console:
 
 
 def _print_result(console: Console, path: str, result: ScanResult) -> None:
+    # A snippet is the candidate's source line: escapes in it must not reach the terminal.
+    path = plain(path)
     verdict = Text("DENIED", style="bold red") if result.denied else Text("allowed", style="green")
     console.print(Text.assemble(Text(path, style="bold"), f"  [{result.policy}]  ", verdict))
     for f in result.findings:
         style = "red" if f.severity == "deny" else "yellow"
         console.print(Text.assemble(
             f"  {path}:{f.line}:{f.col}: ", Text(f"{f.severity} {f.rule}", style=style),
-            f": {f.message}"))
+            plain(f": {f.message}")))
         if f.snippet:
-            console.print(Text(f"      {f.snippet}", style="dim"))
+            console.print(Text(plain(f"      {f.snippet}"), style="dim"))
 
 
 @click.command("scan")

@@ -241,3 +241,19 @@ def test_profile_rendering_prints_kernel_names_and_advice_literally() -> None:
     assert "[bold green]PASS[/]\\x1b[2J_ker" in out and "\x1b" not in out
     assert ": [/] spills" in out and "[red]n[/]" in out
     assert _at_margin(out)[0].startswith("profile FAILED")
+
+
+def test_scan_output_shows_the_candidates_source_line_without_its_escapes(tmp_path: Path) -> None:
+    import click
+    from click.testing import CliRunner
+
+    from grader.cli.scan import register
+
+    cand = tmp_path / "esc.py"
+    cand.write_text('import os  # \x1b[2J\x1b[1;32mALLOWED\x1b[0m \u202e\nos.system("x")\n')
+    group = click.Group("kgrader")
+    register(group)
+    result = CliRunner().invoke(group, ["scan", str(cand)])
+    assert result.exit_code == 1 and "DENIED" in result.output, result.output
+    assert "\x1b" not in result.output and "\u202e" not in result.output
+    assert "# \\x1b[2J\\x1b[1;32mALLOWED\\x1b[0m \\u202e" in result.output
