@@ -62,6 +62,8 @@ class AllowIndex:
         self.builtins = NamePatterns(allow.builtins)
         self.attributes = (frozenset(allow.attributes) if allow.attributes is not None
                            else None)
+        self.kernel_attributes = (frozenset(allow.kernel_attributes)
+                                  if allow.kernel_attributes is not None else None)
         self._cache: dict[tuple[str, bool], Denial | None] = {}
 
     def module_key(self, name: str) -> str | None:
@@ -140,6 +142,9 @@ def describe(allow: AllowList) -> list[str]:
     if allow.attributes is not None:
         lines.extend(_wrapped("attributes on values outside kernels", allow.attributes, indent=2))
         lines.append("    (and names the file defines itself, unless tensors or frames have them)")
+    if allow.kernel_attributes is not None:
+        lines.extend(_wrapped("attributes on values inside kernels", allow.kernel_attributes,
+                              indent=2))
     lines.append(f"  findings: {MODULE_RULE}, {NAME_RULE}, {BUILTIN_RULE}, {VALUE_RULE}, "
                  f"{ATTRIBUTE_RULE}")
     return lines

@@ -40,7 +40,7 @@ class Pending:
     a method may use ``self.block`` above the ``__init__`` that assigns it)."""
 
     own: set[str] = field(default_factory=set)
-    uses: list[tuple[str, int, int]] = field(default_factory=list)
+    uses: list[tuple[str, int, int, bool]] = field(default_factory=list)  # name, line, col, kernel
 
 
 def definable(name: str) -> bool:
@@ -65,22 +65,25 @@ def on_value(w: Walker, receiver: ast.expr) -> bool:
 
 
 def check(w: Walker, node: ast.Attribute, in_kernel: bool) -> None:
-    """Note what ``node`` defines; outside a kernel, check its attribute on its receiver."""
+    """Note what ``node`` defines, then check its attribute on its receiver against the
+    list for where it is: outside kernels, or inside (Triton's tensor API, since under
+    TRITON_INTERPRET a kernel body is plain Python that could reach a global tensor)."""
     allow = w.c.allow
-    if allow is None or allow.attributes is None:
+    if allow is None:
         return
     attr = node.attr
     if not isinstance(node.ctx, ast.Load):
         w.attributes.own.add(attr)  # self.block = ..., del obj.x
-    if in_kernel or attr in allow.attributes or not on_value(w, node.value):
+    allowed = allow.kernel_attributes if in_kernel else allow.attributes
+    if allowed is None or attr in allowed or not on_value(w, node.value):
         return
     # Point at the attribute's own name (the node starts where its receiver does).
     line = node.end_lineno or node.lineno
     col = node.end_col_offset - len(attr) if node.end_col_offset is not None else node.col_offset
     if definable(attr):
-        w.attributes.uses.append((attr, line, col))
+        w.attributes.uses.append((attr, line, col, in_kernel))
     else:
-        _deny(w, attr, line, col, allow.policy)
+        _deny(w, attr, line, col, in_kernel, allow.policy)
 
 
 def finish(w: Walker) -> None:
@@ -88,14 +91,18 @@ def finish(w: Walker) -> None:
     allow = w.c.allow
     if allow is None:
         return
-    for attr, line, col in w.attributes.uses:
+    for attr, line, col, in_kernel in w.attributes.uses:
         if attr not in w.attributes.own:
-            _deny(w, attr, line, col, allow.policy)
+            _deny(w, attr, line, col, in_kernel, allow.policy)
 
 
-def _deny(w: Walker, attr: str, line: int, col: int, policy: str) -> None:
-    why = (f".{attr} is not on policy {policy}'s list of attributes allowed on values "
-           "outside @triton.jit functions (metadata, views, allocation like the input)")
+def _deny(w: Walker, attr: str, line: int, col: int, in_kernel: bool, policy: str) -> None:
+    if in_kernel:
+        why = (f".{attr} is not on policy {policy}'s list of attributes allowed on values "
+               "inside @triton.jit functions (Triton's tensor and dtype API)")
+    else:
+        why = (f".{attr} is not on policy {policy}'s list of attributes allowed on values "
+               "outside @triton.jit functions (metadata, views, allocation like the input)")
     if not definable(attr) and not is_dunder(attr):
         why += "; tensors, storages or frames have it, so a definition in the file does not count"
     w.report(Hit(RULE, "deny", why), line, col)

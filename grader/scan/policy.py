@@ -150,13 +150,16 @@ class AllowListFile(_Frozen):
         None, description="Attribute names allowed on values (tensors, storages, anything not "
         "a listed module) outside @triton.jit functions; besides these, only names the file "
         "defines itself. Left out everywhere in the chain: attributes are not checked.")
+    kernel_attributes: tuple[str, ...] | None = Field(
+        None, description="The same inside @triton.jit functions (Triton's tensor and dtype "
+        "API), whose bodies run as Python under TRITON_INTERPRET. Left out: not checked.")
 
     @model_validator(mode="after")
     def _module_names(self) -> AllowListFile:
         for key in self.modules:
             if not re.match(MODULE_NAME, key):
                 raise ValueError(f"bad module name {key!r}")
-        for name in self.attributes or ():
+        for name in (*(self.attributes or ()), *(self.kernel_attributes or ())):
             if not re.match(r"^[A-Za-z_]\w*$", name):
                 raise ValueError(f"bad attribute name {name!r} (one identifier, no globs)")
         return self
@@ -171,6 +174,8 @@ class AllowList(_Frozen):
         description="(module, entry) pairs, sorted by module name.")
     attributes: tuple[str, ...] | None = Field(
         None, description="Attribute names allowed on values outside kernels; None: unchecked.")
+    kernel_attributes: tuple[str, ...] | None = Field(
+        None, description="Attribute names allowed on values inside kernels; None: unchecked.")
 
     def module(self, key: str) -> AllowedModule | None:
         return next((m for k, m in self.modules if k == key), None)
@@ -331,8 +336,11 @@ def _merge_allowlist(parent: AllowList | None, own: AllowListFile | None,
     modules.update(own.modules)
     attributes = own.attributes if own.attributes is not None else (
         parent.attributes if parent else None)
+    kernel = own.kernel_attributes if own.kernel_attributes is not None else (
+        parent.kernel_attributes if parent else None)
     return AllowList(rationale=rationale, builtins=builtins,
-                     modules=tuple(sorted(modules.items())), attributes=attributes)
+                     modules=tuple(sorted(modules.items())), attributes=attributes,
+                     kernel_attributes=kernel)
 
 
 def _resolve(path: Path, stack: tuple[Path, ...]) -> Policy:

@@ -85,6 +85,10 @@ DENIED = [
     ("@triton.heuristics({'B': lambda args: args['x'].sum()})\n@triton.jit\n"
      "def k2(x, B: tl.constexpr):\n    pass\n", 1, "sum"),
     ("@triton.jit\ndef k3(x, N=torch.empty(1).item()):\n    pass\n", 2, "item"),
+    # inside a kernel body (plain Python under TRITON_INTERPRET): only Triton's tensor API
+    ("S = {}\n@triton.jit\ndef k4(x_ptr):\n    S['o'].numpy()[...] = 1\n", 4, "numpy"),
+    ("@triton.jit\ndef k5(x_ptr):\n    v = tl.load(x_ptr).handle\n", 3, "handle"),
+    ("@triton.jit\ndef k6(x_ptr):\n    v = tl.load(x_ptr).item()\n", 3, "item"),
 ]
 
 
@@ -154,8 +158,10 @@ ALLOWED = [
     "    def __call__(self, x, out):\n        c = self.cfg\n"
     "        return c.grid, c.act.value, Act.RELU.name, self.cfg.block\n",
     # inside a kernel body, methods are Triton's
-    "@triton.jit\ndef k(x_ptr, n, B: tl.constexpr):\n    v = tl.load(x_ptr).to(tl.float32)\n"
-    "    w = v.sum(axis=0).item() if False else v\n",
+    "@triton.jit\ndef k(x_ptr, o_ptr, n, B: tl.constexpr):\n"
+    "    v = tl.load(x_ptr).to(o_ptr.dtype.element_ty)\n"
+    "    w = v.sum(axis=0) + v.max(axis=0) + v.reshape(B).T.cast(tl.float32).shape[0]\n"
+    "    o_ptr.atomic_add(w) if o_ptr.dtype.element_ty.is_fp32() else tl.store(o_ptr, w)\n",
     # module-rooted names are the module allow-list's business
     "def launch(x, out):\n    e = torch.empty(4, device=x.device).view(2, 2)\n"
     "    f = torch.float32\n",
@@ -234,8 +240,22 @@ def test_policy_attributes_are_inherited_by_strict_and_shown() -> None:
     triton_only, strict = load_policy("triton-only"), load_policy("strict")
     assert triton_only.allowlist is not None and strict.allowlist is not None
     assert strict.allowlist.attributes == triton_only.allowlist.attributes
+    assert strict.allowlist.kernel_attributes == triton_only.allowlist.kernel_attributes
     text = "\n".join(describe(strict.allowlist))
     assert "attributes on values outside kernels" in text and RULE in text
+    assert "attributes on values inside kernels" in text
+
+
+def test_kernel_attributes_are_tritons_own_api() -> None:
+    # Every name the policy allows inside kernels is an attribute of a Triton tensor, pointer,
+    # block or dtype object, or of a constexpr; none is the IR handle.
+    tl = pytest.importorskip("triton.language")
+    objects = [tl.tensor(None, tl.block_type(tl.float32, [4])), tl.pointer_type(tl.float32),
+               tl.block_type(tl.float32, [4]), tl.float32, tl.int8, tl.constexpr(1)]
+    api = {n for o in objects for n in (*dir(o), *vars(o)) if not n.startswith("_")}
+    allow = load_policy("triton-only").allowlist
+    assert allow is not None and allow.kernel_attributes is not None
+    assert set(allow.kernel_attributes) <= api - {"handle", "to_ir", "codegen_name", "mangle"}
 
 
 def test_attribute_names_in_a_policy_must_be_identifiers(tmp_path: Path) -> None:
