@@ -105,10 +105,13 @@ class Evaluation:
         self.run_deadline = time.monotonic() + self.req.limits.run_s
 
     @staticmethod
-    def failure(stage: ErrorStage, e: RunnerFailure) -> StageFailure:
-        """A runner's failure is the candidate's (its code names what it did)."""
+    def failure(stage: ErrorStage, e: RunnerFailure, where: dict[str, Any] | None = None) -> StageFailure:
+        """A runner's failure is the candidate's (its code names what it did). ``where``
+        (the judge's, last, so a runner cannot set it): the call's dims and shape kind, by
+        which the host withholds the text of a failure on a hidden shape."""
         code = "compile_timeout" if stage == "compile" and e.code == "timeout" else e.code
-        return StageFailure(stage, code, e.message, line=e.line, detail=e.detail)
+        return StageFailure(stage, code, e.message, line=e.line,
+                            detail={**(e.detail or {}), **(where or {})})
 
     # ---- inputs and reference ------------------------------------------------------
     def slots(self, dims: dict[str, int] | None = None) -> list[Slot]:
@@ -178,7 +181,7 @@ class Evaluation:
         try:
             side.runner.send(msg)
         except RunnerFailure as e:
-            raise self.failure(stage, e) from None
+            raise self.failure(stage, e, where) from None
         return _Pending(side, slots, inputs, views, guards, buf, t0, stage, deadline, expected, where)
 
     def _finish_call(self, p: _Pending, isolation: bool = True) -> dict[str, Any]:
@@ -188,7 +191,7 @@ class Evaluation:
         try:
             reply = side.runner.receive(self.left(deadline))
         except RunnerFailure as e:
-            raise self.failure(stage, e) from None
+            raise self.failure(stage, e, where) from None
         judge_ms = (time.perf_counter() - p.t0) * 1e3
         if self.problem.returns and expected is not None:
             collect_outputs(self, side, slots, buf, stage, deadline, judge_ms)
