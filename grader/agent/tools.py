@@ -40,6 +40,12 @@ interpreter). Every later candidate must beat ``best.py`` in a paired, interleav
 
 Candidate faults are values (``ok: false``); a broken workspace raises
 :class:`WorkspaceError`; an infrastructure fault is ``ok: false`` with stage ``sandbox``.
+
+**Hidden shapes never come back.** Every result is built from the candidate-facing copy
+of the report (:func:`grader.report.redact.redact`): a hidden shape is
+``{"hidden_shape": k}`` / "hidden shape #k", and the text of a failure after the candidate
+was called on a hidden shape is withheld. ``records/evals/`` keeps the operator's full
+report; an agent must not be given read access to it.
 """
 
 from __future__ import annotations
@@ -65,6 +71,14 @@ from grader.experience.search import (
     search_for_task,
 )
 from grader.report.model import Report
+from grader.report.redact import (
+    ShapeFacts,
+    facts_for,
+    redact,
+    redact_diagnostics,
+    scrub_text,
+    scrub_tree,
+)
 from grader.scan import check_source
 from grader.task import load_task
 
@@ -98,7 +112,7 @@ def _error_dict(stage: str, code: str, message: str, origin: str, line: int | No
             "detail": detail or {}}
 
 
-def _fault(tool: str, e: KgraderError) -> dict[str, Any]:
+def _fault(tool: str, e: KgraderError, facts: ShapeFacts | None = None) -> dict[str, Any]:
     """A result for an exception raised while evaluating. An unusable source is the
     candidate's fault (stage ``scan``); anything else stopped the tool itself: the
     workspace, the task or the machine (stage ``sandbox``, origin ``infrastructure``)."""
@@ -106,8 +120,14 @@ def _fault(tool: str, e: KgraderError) -> dict[str, Any]:
         stage, origin = "scan", "candidate"
     else:
         stage, origin = "sandbox", "infrastructure"
+    message = scrub_text(str(e), facts) if facts is not None else str(e)
     return {"tool": tool, "ok": False, "stage": stage,
-            "errors": [_error_dict(stage, e.code, str(e), origin)], "warnings": []}
+            "errors": [_error_dict(stage, e.code, message, origin)], "warnings": []}
+
+
+def _public(ws: Workspace, report: Report) -> Report:
+    """The copy of ``report`` the agent may read (hidden shapes redacted)."""
+    return redact(report, facts_for(ws.spec, report))
 
 
 def _base(tool: str, report: Report) -> dict[str, Any]:
@@ -172,7 +192,7 @@ def _logged(name: str, workspace: str | Path | Workspace, args: dict[str, Any],
         try:
             result = body(ws)
         except KgraderError as e:
-            result = _fault(name, e)
+            result = _fault(name, e, facts_for(ws.spec))
         ws.records.log_tool_call(name, args, result)
     return result
 
@@ -185,7 +205,7 @@ def compile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
     def body(ws: Workspace) -> dict[str, Any]:
         report = _evaluate(ws, source, ("compile",), ("tune",))
         remember_tool(ws.spec, report, source, "compile_kernel")
-        return {**_base("compile_kernel", report),
+        return {**_base("compile_kernel", _public(ws, report)),
                 "compiled": report.ok and report.stage == "compile"}
     return _logged("compile_kernel", workspace, {"source": source}, body)
 
@@ -195,7 +215,8 @@ def bench_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, An
     def body(ws: Workspace) -> dict[str, Any]:
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"))
         remember_tool(ws.spec, report, source, "bench_kernel")
-        return {**_base("bench_kernel", report), **_timing_fields(report)}
+        public = _public(ws, report)
+        return {**_base("bench_kernel", public), **_timing_fields(public)}
     return _logged("bench_kernel", workspace, {"source": source}, body)
 
 
@@ -237,16 +258,20 @@ def _profile_fields(ws: Workspace, report: Report, source: str) -> dict[str, Any
         fields["unmeasured"] = {k: calibration_error if v.startswith("no calibrated") else v
                                 for k, v in fields["unmeasured"].items()}
         warnings.append(calibration_error)
+    facts = facts_for(ws.spec, report)
     return {"profile": fields, "profile_warnings": warnings,
-            "diagnostics": diag.model_dump(mode="json"), "advice": diag.advice}
+            "diagnostics": redact_diagnostics(diag, facts).model_dump(mode="json"),
+            "advice": diag.advice}
 
 
 def profile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, Any]:
     """bench_kernel plus a roofline analysis against the calibrated peaks."""
     def body(ws: Workspace) -> dict[str, Any]:
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"))
-        out = {**_base("profile_kernel", report), **_timing_fields(report)}
-        extra = _profile_fields(ws, report, source)
+        facts = facts_for(ws.spec, report)
+        public = redact(report, facts)
+        out = {**_base("profile_kernel", public), **_timing_fields(public)}
+        extra = scrub_tree(_profile_fields(ws, report, source), facts)
         prof: dict[str, Any] = extra["profile"]
         remember_tool(ws.spec, report, source, "profile_kernel", prof)
         out["warnings"] += extra["profile_warnings"]
@@ -295,18 +320,20 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
         folder = rec.new_evaluation(ws.task_dir, source, best)
         # An infrastructure fault is no decision about the candidate: no trajectory line.
         rec.finish(folder, report, None if infra else accepted, origin="tool")
-        out = {**_base("accept_candidate", report), **_timing_fields(report)}
+        public = _public(ws, report)
+        acc = public.acceptance
+        out = {**_base("accept_candidate", public), **_timing_fields(public)}
         out.update(ok=accepted, accepted=accepted, baseline="none" if best is None else "best",
                    improvementFraction=acc.improvement_fraction if acc else None,
                    positive_fraction=acc.positive_fraction if acc else None,
                    pairs=acc.pairs if acc else 0, rule=acc.rule if acc else None,
                    replicate_speedup=acc.replicate_speedup if acc else None,
-                   reason=acc.reason if acc else _accept_reason(best, report),
+                   reason=acc.reason if acc else _accept_reason(best, public),
                    evaluation=str(folder), best_path=str(rec.best_path))
         if acc is None:
             out["unmeasured"]["improvementFraction"] = (
                 "no best.py yet: nothing to pair with" if best is None
-                else _not_reached(report, "accept"))
+                else _not_reached(public, "accept"))
         else:
             out["unmeasured"].update(
                 {("improvementFraction" if k == "improvement_fraction" else k): v

@@ -94,12 +94,15 @@ def register(cli: click.Group) -> None:
     @leaderboard.command("render")
     @click.argument("state", type=click.Path(path_type=Path))
     @click.argument("out_dir", type=click.Path(path_type=Path))
-    def render_cmd(state: Path, out_dir: Path) -> None:
-        """Write the static site for STATE into OUT_DIR."""
+    @click.option("--private", is_flag=True,
+                  help="The operator's own page: hidden shapes and full messages kept. "
+                       "Never publish it.")
+    def render_cmd(state: Path, out_dir: Path, private: bool) -> None:
+        """Write the static site for STATE into OUT_DIR (hidden shapes redacted)."""
         from grader.leaderboard.render import render_site
 
         try:
-            index = render_site(state, out_dir)
+            index = render_site(state, out_dir, private=private)
         except KgraderError as e:
             fail(e)
             return

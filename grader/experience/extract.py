@@ -13,6 +13,11 @@ hardware when the agent tool ranks "same hardware first".
 **Identity.** ``key`` is the sha256 of the report's canonical JSON, so the same
 evaluation reached twice (hooked live, then imported from its records folder) is stored
 once.
+
+**Hidden shapes are never stored.** Agents search this store (and may read its file), so
+an attempt is built from the candidate-facing copy of the report
+(:func:`grader.report.redact.redact`: hidden shapes as ``{"hidden_shape": k}``, the text of
+failures after a hidden shape withheld), and the task's hidden shapes are not kept.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pydantic import ValidationError
 from grader.experience.model import Attempt, ErrorItem, Origin, Shape
 from grader.measure.peaks import sandbox_fingerprint
 from grader.report.model import Report
+from grader.report.redact import HIDDEN_KEY, ShapeFacts, facts_for, redact, scrub_text
 from grader.task import TaskSpec
 
 __all__ = [
@@ -67,8 +73,7 @@ def task_facts(task: TaskSpec | Mapping[str, Any] | None, fallback_name: str | N
                                  and isinstance(task.get("name"), str) else "unknown")
         return TaskFacts(name, (name,), (), (), None)
     tags = tuple(getattr(spec, "tags", ()) or ()) or (spec.name,)
-    shapes = tuple([Shape("tune", dict(b)) for b in spec.shapes.tune]
-                   + [Shape("hidden", dict(b)) for b in spec.shapes.hidden])
+    shapes = tuple(Shape("tune", dict(b)) for b in spec.shapes.tune)  # never the hidden ones
     dtypes = tuple(dict.fromkeys(t.dtype for t in spec.tensors))
     return TaskFacts(spec.name, tags, dtypes, shapes, spec.acceptance.min_improvement_fraction)
 
@@ -154,14 +159,21 @@ def _diagnostics(report: Report, extra: str) -> str:
 
 
 def _shapes(facts: TaskFacts, report: Report) -> tuple[Shape, ...]:
+    """The task's tune shapes, the failing and the timed one: from the redacted report,
+    so a hidden one (``{"hidden_shape": k}``) is left out."""
+    def public(d: dict[str, int]) -> bool:
+        return bool(d) and HIDDEN_KEY not in d
+
     shapes = list(facts.shapes)
     c = report.correctness
-    if c is not None and c.first_bad is not None and c.first_bad.dims:
+    if c is not None and c.first_bad is not None and public(c.first_bad.dims):
         shapes.insert(0, Shape("failed", dict(c.first_bad.dims)))
-    if report.timing is not None and report.timing.dims:
+    if report.timing is not None and public(report.timing.dims):
         shapes.append(Shape("timed", dict(report.timing.dims)))
-    if not facts.shapes and c is not None:
-        shapes += [Shape("tune", dict(d)) for d in c.shapes_checked]
+    if not facts.shapes and c is not None and not report.shapes:
+        # No task to tell tune from hidden: only the first checked shape (the compile
+        # stage's, a tune shape) is known to be public.
+        shapes += [Shape("tune", dict(d)) for d in c.shapes_checked[:1] if public(d)]
     return tuple(shapes)
 
 
@@ -170,8 +182,13 @@ def attempt_from_report(report: Report, *, origin: Origin, task: TaskSpec | Mapp
                         origin_ref: str | None = None, host_cpu_model: str | None = None,
                         diagnostics: str = "", roofline_fraction: float | None = None,
                         bottleneck: str | None = None, speedup: float | None = None,
-                        key: str | None = None) -> Attempt:
-    """The attempt for ``report`` (capped). ``accepted=None``: from the report's acceptance."""
+                        key: str | None = None, shape_facts: ShapeFacts | None = None) -> Attempt:
+    """The attempt for ``report`` (redacted, capped). ``accepted=None``: from the report's
+    acceptance. ``shape_facts``: the task's, when ``task`` is not at hand (a leaderboard
+    state keeps them); else they come from ``task``."""
+    shape_facts = (shape_facts.with_report(report) if shape_facts is not None
+                   else facts_for(task, report))
+    report = redact(report, shape_facts)
     facts = task_facts(task, report.task)
     hardware, hw_key = hardware_of(report, host_cpu_model)
     t = report.timing
@@ -196,7 +213,8 @@ def attempt_from_report(report: Report, *, origin: Origin, task: TaskSpec | Mapp
         improvement_fraction=acc.improvement_fraction if acc else None,
         min_improvement_fraction=_threshold(report, facts),
         roofline_fraction=roofline_fraction, bottleneck=bottleneck,
-        diagnostics=_diagnostics(report, diagnostics), figures=_figures(report),
+        diagnostics=scrub_text(_diagnostics(report, diagnostics), shape_facts),
+        figures=_figures(report),
     ).capped()
 
 
@@ -226,7 +244,8 @@ def load_json(text: str | bytes) -> Any:
 
 
 def attempt_from_leaderboard(row: Any, *, source: str | None, task: TaskSpec | Mapping[str, Any] | None,
-                             host_cpu_model: str | None = None) -> Attempt:
+                             host_cpu_model: str | None = None,
+                             shape_facts: ShapeFacts | None = None) -> Attempt:
     """The attempt for one leaderboard :class:`~grader.leaderboard.state.EvalRow`.
 
     The leaderboard times every submission against the task's reference, so its
@@ -238,14 +257,24 @@ def attempt_from_leaderboard(row: Any, *, source: str | None, task: TaskSpec | M
     report = parse_report(row.report_json) if row.report_json else None
     if report is not None:
         a = attempt_from_report(report, origin="leaderboard", task=task, source=source,
-                                origin_ref=ref, host_cpu_model=host_cpu_model, speedup=row.speedup)
+                                origin_ref=ref, host_cpu_model=host_cpu_model, speedup=row.speedup,
+                                shape_facts=shape_facts)
         return replace(a, accepted=None, ok=row.verdict == "ok")
     facts = task_facts(task, row.task)
     key = hashlib.sha256("\0".join(("leaderboard", *row.key)).encode()).hexdigest()
-    errors = (ErrorItem(row.stage or "scan", row.code or "failed", row.message),) if row.code else ()
+    errors = (ErrorItem(row.stage or "scan", row.code or "failed",
+                        _row_message(row, shape_facts or facts_for(task))),) if row.code else ()
     return Attempt(key=key, task=row.task, tags=facts.tags, origin="leaderboard", origin_ref=ref,
                    ok=row.verdict == "ok", stage=row.stage,
                    created_at=row.finished_at or datetime.now(UTC).isoformat(timespec="seconds"),
                    dtypes=facts.dtypes, shapes=facts.shapes, candidate_sha256=row.file_sha,
                    source=source, errors=errors, median_ms=row.t_sub_ms, speedup=row.speedup
                    ).capped()
+
+
+def _row_message(row: Any, shape_facts: ShapeFacts) -> str:
+    """A leaderboard row's message without its report: kept (scrubbed) only when the row
+    failed before any hidden shape could have been run."""
+    if row.stage in ("scan", "compile") or not shape_facts.has_hidden:
+        return scrub_text(str(row.message), shape_facts)
+    return f"{row.stage} failed ({row.code}); the message is withheld (no report to redact it by)"

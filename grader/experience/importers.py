@@ -28,6 +28,7 @@ from grader.experience.extract import (
 from grader.experience.model import MAX_SOURCE_BYTES, ExperienceError, Origin
 from grader.experience.store import ExperienceStore
 from grader.records import EVALS, REPORT, TOOL_CALLS, read_trajectory
+from grader.report.redact import ShapeFacts
 
 __all__ = ["ImportSummary", "import_leaderboard_state", "import_path", "import_records"]
 
@@ -100,15 +101,20 @@ def import_records(store: ExperienceStore, root: Path) -> ImportSummary:
 
 def import_leaderboard_state(store: ExperienceStore, path: Path) -> ImportSummary:
     """Import every finished submission evaluation of a leaderboard state file."""
+    from grader.leaderboard.render import SHAPES_META
     from grader.leaderboard.state import State
 
     summary = ImportSummary(str(path), "leaderboard")
     with State.open(path, create=False) as state:
         rows = state.evaluations()
+        meta = state.meta(SHAPES_META, {})
+    # The tasks' shape facts, kept by the run: the same redaction as the live hook's.
+    facts = {k: ShapeFacts.from_json(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
     for row in rows:
         if row.round == "reference":
             continue  # the task's own reference, not an attempt at the task
-        attempt = attempt_from_leaderboard(row, source=None, task=None)
+        attempt = attempt_from_leaderboard(row, source=None, task=None,
+                                           shape_facts=facts.get(row.task, ShapeFacts(None)))
         if store.add(attempt):
             summary.added += 1
         else:

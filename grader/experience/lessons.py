@@ -95,7 +95,11 @@ def _correctness(a: Attempt) -> str | None:
     fb = a.figures.get("first_bad") if isinstance(a.figures.get("first_bad"), dict) else None
     if fb is None:
         return f"failed correctness ({e.code}): {_first_message(a)}"
-    at = f"at index {fb.get('index')} for dims {_dims(fb.get('dims'))}"
+    dims = fb.get("dims")
+    hidden = dims.get("hidden_shape") if isinstance(dims, dict) else None
+    at = (f"on hidden shape #{hidden}" if isinstance(hidden, int) and hidden >= 0
+          else "on a hidden shape" if hidden is not None
+          else f"at index {fb.get('index')} for dims {_dims(dims)}")
     frac = a.figures.get("mismatch_fraction")
     share = f"{_pct(frac)} of elements wrong" if isinstance(frac, int | float) else "wrong values"
     if e.code == "output_untouched" or (fb.get("actual") is None and fb.get("expected") is not None):

@@ -3,20 +3,37 @@
 Every string that can come from a submission (its name, messages, reports) goes through
 :func:`html.escape`; file names of generated pages are hashes, never names; a Content
 Security Policy forbids scripts and remote loads, as a second line behind the escaping.
+
+**Hidden shapes never reach the published page.** Every row's report and message go
+through :func:`grader.report.redact.redact` with its task's shape facts (which the run
+keeps in the state's ``task_shapes`` meta; a state without them is redacted as if every
+shape not known to be public were hidden). ``private=True`` (``kgrader leaderboard render
+--private``) renders the operator's own page from the full reports, marked as such: it
+holds the hidden shapes and must not be published.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
 from grader.leaderboard.aggregate import FAST_PS, Board, Entry, Stat, board
 from grader.leaderboard.plots import write_plots
+from grader.leaderboard.seeds import TaskPayload
 from grader.leaderboard.state import EvalRow, State
+from grader.report.model import Report
+from grader.report.redact import ShapeFacts, facts_for, redact, redact_text, scrub_text
+from grader.task import TaskSpec
+
+SHAPES_META = "task_shapes"
+PRIVATE_BANNER = ("<p><strong>Operator's private page</strong>: it shows the hidden shapes and "
+                  "every message in full. Do not publish it; publish the page rendered "
+                  "without --private.</p>")
 
 CSP = ("default-src 'none'; img-src 'self' file: data:; style-src 'unsafe-inline'; "
        "base-uri 'none'; form-action 'none'")
@@ -89,38 +106,74 @@ def _task_table(b: Board, task: str, rows_by_key: dict[tuple[str, str], EvalRow]
                   f"task-{hashlib.sha256(task.encode()).hexdigest()[:8]}")
 
 
-def _problems(state: State) -> str:
+def shape_meta(tasks: Iterable[TaskPayload]) -> dict[str, object]:
+    """The state's ``task_shapes`` meta: each task's shape facts, for the public page."""
+    return {t.name: facts_for(TaskSpec.model_validate_json(t.task_json)).to_json() for t in tasks}
+
+
+def _task_facts(state: State) -> dict[str, ShapeFacts]:
+    meta = state.meta(SHAPES_META, {})
+    return {k: ShapeFacts.from_json(v) for k, v in meta.items()} if isinstance(meta, Mapping) else {}
+
+
+def public_row(r: EvalRow, facts: ShapeFacts) -> EvalRow:
+    """``r`` as a submitter may see it: its report and message redacted."""
+    report = None
+    if r.report_json:
+        try:
+            report = Report.model_validate_json(r.report_json)
+        except ValueError:  # pydantic's ValidationError is one
+            report = None
+    if report is None:
+        early = r.stage in ("scan", "compile") or not facts.has_hidden
+        msg = r.message if early else f"{r.stage} failed ({r.code}); the message is withheld"
+        return replace(r, message=scrub_text(msg, facts),
+                       report_json=None if not r.report_json else '"(withheld: not a valid report)"')
+    full = facts.with_report(report)
+    return replace(r, message=redact_text(r.message, report, full),
+                   report_json=redact(report, full).model_dump_json())
+
+
+def _problems(state: State, facts: dict[str, ShapeFacts] | None) -> str:
+    def msg(task: str, text: str) -> str:  # a reference's failure may name a hidden shape
+        return text if facts is None else scrub_text(text, facts.get(task, ShapeFacts(None)))
+
     rows = [f'<tr><td class="l">{escape(s.name)}</td><td class="l">{escape(s.status)}</td>'
             f'<td class="l">{escape(s.message)}</td></tr>'
             for s in state.submissions() if s.status != "valid" or s.message != "ok"]
     tasks = [f'<tr><td class="l">{escape(t.name)}</td><td class="l">reference fails</td>'
-             f'<td class="l">{escape(t.message[:500])}</td></tr>'
+             f'<td class="l">{escape(msg(t.name, t.message)[:500])}</td></tr>'
              for t in state.task_checks() if not t.reference_ok]
     if not rows and not tasks:
         return ""
     return "<h2>Problems</h2>" + _table(["name", "status", "message"], tasks + rows, "problems")
 
 
-def render_site(state_path: Path, out_dir: Path) -> Path:
-    """Write the site for the state at ``state_path`` into ``out_dir``; returns index.html."""
+def render_site(state_path: Path, out_dir: Path, *, private: bool = False) -> Path:
+    """Write the site for the state at ``state_path`` into ``out_dir``; returns index.html.
+
+    The page is the public one (hidden shapes redacted) unless ``private``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "eval").mkdir(exist_ok=True)
     with State.open(state_path, create=False) as state:
+        facts = None if private else _task_facts(state)
         rows = state.evaluations()
+        if facts is not None:
+            rows = [public_row(r, facts.get(r.task, ShapeFacts(None))) for r in rows]
         tasks = state.meta("usable_tasks", []) or state.meta("tasks", [])
         subs = {s.name: s.files for s in state.submissions() if s.status == "valid"}
         b = board(rows, subs, tasks, state.meta("top", []))
-        problems = _problems(state)
+        problems = _problems(state, facts)
         top_k = state.meta("top_k")
     plots = write_plots(b, out_dir)
     by_key = {(r.submission, r.task + "\0" + r.round): r for r in rows}
     for r in rows:
-        (out_dir / eval_page_name(r)).write_text(_eval_page(r), encoding="utf-8")
+        (out_dir / eval_page_name(r)).write_text(_eval_page(r, private), encoding="utf-8")
     labels: dict[str, str] = {}
     ranked = _ranking_rows(b.ranked, labels)
     unranked = _ranking_rows(b.unranked, labels)
     headers = ["rank", "submission"] + [labels.get(k, k) for k in STAT_KEYS]
-    body = [f"<h1>kgrader leaderboard</h1><p>Rendered {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. "
+    body = [f"<h1>kgrader leaderboard</h1>{PRIVATE_BANNER if private else ''}<p>Rendered {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. "
             f"Tasks: {escape(', '.join(tasks))}. Speed-up = reference time / submission "
             "time, both timed in the same sandbox, interleaved. Intervals: 95% percentile "
             "bootstrap over tasks (seeded). Unsolved tasks (failed, anomalous, not entered) "
@@ -148,7 +201,7 @@ def render_site(state_path: Path, out_dir: Path) -> Path:
     return index
 
 
-def _eval_page(r: EvalRow) -> str:
+def _eval_page(r: EvalRow, private: bool = False) -> str:
     try:
         pretty = json.dumps(json.loads(r.report_json), indent=2) if r.report_json else "(none)"
     except ValueError:
@@ -160,7 +213,7 @@ def _eval_page(r: EvalRow) -> str:
              ("finished", r.finished_at), ("message", r.message)]
     rows = [f'<tr><th class="l">{escape(k)}</th><td class="l">{escape(v)}</td></tr>'
             for k, v in facts]
-    body = (f"<h1>{escape(r.submission)} on {escape(r.task)}</h1>"
+    body = (f"<h1>{escape(r.submission)} on {escape(r.task)}</h1>{PRIVATE_BANNER if private else ''}"
             f'<p><a href="../index.html">back</a></p><table>{"".join(rows)}</table>'
             f"<h2>Full report</h2><pre>{escape(pretty)}</pre>")
     return _doc(f"{r.submission} / {r.task}", body)

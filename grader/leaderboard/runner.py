@@ -28,6 +28,7 @@ from grader.leaderboard.aggregate import select_top
 from grader.leaderboard.engine import Engine, LocalEngine, RayEngine
 from grader.leaderboard.job import Job, JobOutcome
 from grader.leaderboard.progress import Progress
+from grader.leaderboard.render import SHAPES_META, shape_meta
 from grader.leaderboard.seeds import TaskPayload, load_secret, task_payload
 from grader.leaderboard.state import State, SubmissionRow, TaskCheck
 from grader.leaderboard.submissions import Submission, discover
@@ -191,6 +192,7 @@ def run_leaderboard(cfg: RunConfig, progress: Progress | None = None) -> RunSumm
     prog = progress or Progress(enabled=sys.stderr.isatty())
     with State.open(cfg.state) as state:
         state.set_meta("tasks", [t.name for t in tasks])
+        state.set_meta(SHAPES_META, shape_meta(tasks))  # the public page's redaction
         state.set_meta("top_k", cfg.top_k)
         batch = Batch(cfg, state, engine, prog)
         try:

@@ -90,14 +90,16 @@ def test_failed_correctness_on_this_hardware_comes_from_the_real_records(graded:
         assert r["task"] == "softmax" and r["stage"] == "correctness" and r["ok"] is False
         assert r["origin"] == "run" and r["tags"] == ["reduction", "softmax"]
         assert r["errors"][0]["code"] == "wrong_values"
-        assert r["lesson"].startswith("failed correctness") and "dims {M: " in r["lesson"]
+        assert r["lesson"].startswith("failed correctness")
+        assert "dims {M: " in r["lesson"] or "on hidden shape #" in r["lesson"]
         assert cpu is None or cpu in r["hardware"]
         assert "torch" in r["hardware"] and "backend bwrap" in r["hardware"]
     by_sha = {r["candidate_sha256"]: r for r in out["results"]}
     assert "only on a hidden shape" in by_sha[_sha(CANDS / "no_mask.py")]["lesson"]
     # the other filters narrow the same answer
+    # no_mask failed on a hidden shape: its message (with "mismatch") was withheld when stored
     assert ok_json("experience", "query", "--code", "wrong_values", "--text", "mismatch", "--json",
-                   env=graded.env)["count"] == 2
+                   env=graded.env)["count"] == 1
     assert ok_json("experience", "query", "--hardware", "no such gpu", "--json", env=graded.env)["count"] == 0
 
 
@@ -183,9 +185,10 @@ def test_agent_tool_searches_without_revealing_hidden_shapes(graded: Graded) -> 
     for r in out["results"]:
         assert r["lesson"].startswith("failed correctness")
         assert all(s["kind"] != "hidden" for s in r["shapes"])
-    # N=1000 is only a hidden shape of softmax: the operator's query finds it, the agent's cannot
+    # N=1000 is only a hidden shape of softmax, and the store keeps no hidden shape: neither
+    # the operator's query nor the agent's finds it
     assert ok_json("experience", "query", "--dim", "N>=1000", "--stage", "correctness", "--json",
-                   env=graded.env)["count"] == 2
+                   env=graded.env)["count"] == 0
     probe = ok_json("tool", "search_experience", "--workspace", ws, "--args",
                     json.dumps({"dims": ["N>=1000"], "stage": "correctness"}), env=graded.env)
     assert probe["count"] == 0
@@ -225,6 +228,7 @@ def test_mcp_client_gets_the_same_search(graded: Graded) -> None:
             return good.structured_content, bad.structured_content
 
     good, bad = anyio.run(session)
-    assert good["ok"] and good["count"] == 2 and good["text_search"] in ("fts5", "like")
+    # one of the two: no_mask's message (a hidden-shape failure) was withheld when stored
+    assert good["ok"] and good["count"] == 1 and good["text_search"] in ("fts5", "like")
     assert all(r["lesson"].startswith("failed correctness") for r in good["results"])
     assert bad["ok"] is False and bad["errors"][0]["code"] == "bad_dim_filter"

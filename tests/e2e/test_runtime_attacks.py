@@ -52,6 +52,8 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     "tf32_flip.py": ({"compile"}, {"precision_flags_changed"}),
     "infinite_loop_launch.py": ({"correctness"}, {"timeout"}),
     "memory_bomb.py": ({"compile"}, {"memory_limit"}),
+    # raises with the hidden shape it saw: redaction is tests/e2e/test_hidden_shapes_e2e.py's
+    "raise_with_shapes.py": ({"correctness"}, {"exception"}),
     # candidate text is data: the candidate's own failure (exit 1), never the host's
     "surrogate_message.py": ({"compile", "correctness"}, {"exception"}),
     "rich_markup_message.py": ({"compile", "correctness"}, {"exception"}),

@@ -38,6 +38,7 @@ from grader.report.model import (
     SandboxInfo,
     TimingStats,
 )
+from grader.report.redact import facts_for, redact
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "softmax"
@@ -50,7 +51,8 @@ def wrong_report(n: int = 1000, created: str = "2026-01-01T00:00:00+00:00") -> R
     return Report(
         ok=False, stage="correctness", task="softmax", device="cpu: x86_64", environment=ENV,
         errors=[ReportError(origin="candidate", stage="correctness", code="output_untouched",
-                           message=f"output 'out' left unwritten at index [0, {n - 1}]")],
+                           message=f"output 'out' left unwritten at index [0, {n - 1}]",
+                           detail={"first_bad": bad.model_dump()})],
         correctness=CorrectnessResult(passed=False, checks=1, mismatch_fraction=0.001, first_bad=bad),
         sandbox=SandboxInfo.model_validate({"backend": "bwrap", "limits": {}}), created_at=created)
 
@@ -112,11 +114,14 @@ def test_attempt_round_trips_and_the_same_report_is_stored_once(tmp_path: Path) 
         assert store.add(a) is False
         (hit,) = store.query(Query(task="softmax"))
     b = hit.attempt
-    assert b.key == report_key(wrong_report()) and b.tags == ("reduction", "softmax")
+    # What is stored is the candidate-facing copy: no hidden shape, no text from a run on one.
+    public = redact(wrong_report(), facts_for(json.loads((SOFTMAX / "task.json").read_text())))
+    assert b.key == report_key(public) and b.tags == ("reduction", "softmax")
     assert b.dtypes == ("float32",) and b.stage == "correctness" and b.ok is False
-    assert b.errors == (ErrorItem("correctness", "output_untouched", "output 'out' left unwritten at index [0, 999]"),)
-    assert {s.kind for s in b.shapes} == {"failed", "tune", "hidden"}
-    assert b.figures["first_bad"]["dims"] == {"M": 7, "N": 1000}
+    assert b.errors == (ErrorItem("correctness", "output_untouched", public.errors[0].message),)
+    assert "hidden shape #1" in b.errors[0].message and "999" not in b.errors[0].message
+    assert {s.kind for s in b.shapes} == {"tune"}
+    assert b.figures["first_bad"]["dims"] == {"hidden_shape": 1} and b.figures["first_bad"]["index"] == []
     assert b.hardware is not None and "Test CPU" in b.hardware and "torch 2.13.0+cpu" in b.hardware
     assert b.source == a.source
 
@@ -216,7 +221,7 @@ def test_store_with_fts5_index_is_read_with_like_and_not_written_without_fts5(
     monkeypatch.setattr(schema, "fts5_available", lambda: False)
     with ExperienceStore.open(p) as store:
         assert store.text_index == "fts5" and not store.fts
-        assert len(store.query(Query(text="unwritten"))) == 1  # LIKE over the same columns
+        assert len(store.query(Query(text="withheld"))) == 1  # LIKE over the same columns
         with pytest.raises(ExperienceError, match="no FTS5 module"):
             store.add(_attempt(good_report()))
 
@@ -287,6 +292,7 @@ def test_import_refuses_what_it_cannot_read(tmp_path: Path) -> None:
 
 def test_leaderboard_state_import_and_hook_store_the_same_attempt_once(tmp_path: Path) -> None:
     from grader.leaderboard.job import Job
+    from grader.leaderboard.render import SHAPES_META, shape_meta
     from grader.leaderboard.seeds import Secret, task_payload
     from grader.leaderboard.state import EvalRow, State
 
@@ -299,6 +305,7 @@ def test_leaderboard_state_import_and_hook_store_the_same_attempt_once(tmp_path:
     ref = replace(row, submission="(reference)", round="reference")
     state_path = tmp_path / "lb.sqlite"
     with State.open(state_path) as state:
+        state.set_meta(SHAPES_META, shape_meta([payload]))  # as the run keeps them
         state.record_evaluation(row)
         state.record_evaluation(ref)
     db = tmp_path / "x.sqlite"
