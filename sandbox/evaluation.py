@@ -19,7 +19,7 @@ from sandbox import prestart
 from sandbox.device import device_environment
 from sandbox.escape import claim_problem
 from sandbox.failure import StageFailure, infrastructure
-from sandbox.isolation import check_beside
+from sandbox.isolation import check_beside, check_threads
 from sandbox.outputs import collect_outputs, verify_outputs
 from sandbox.problem import make_problem
 from sandbox.proc import RunnerFailure
@@ -193,6 +193,7 @@ class Evaluation:
         except RunnerFailure as e:
             raise self.failure(stage, e, where) from None
         judge_ms = (time.perf_counter() - p.t0) * 1e3
+        check_threads(side, stage, "when its call returned,")  # before any output is read
         if self.problem.returns and expected is not None:
             collect_outputs(self, side, slots, buf, stage, deadline, judge_ms)
         breach = guards.first_breach(base)

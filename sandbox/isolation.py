@@ -8,6 +8,7 @@ compute process besides the judge and its runners holds the GPU.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from sandbox import prestart
@@ -16,6 +17,40 @@ from sandbox.wire import ErrorStage
 
 if TYPE_CHECKING:
     from sandbox.evaluation import Evaluation
+    from sandbox.sides import Side
+
+
+def threads_of(pid: int) -> int:
+    """The kernel's count of ``pid``'s threads (never the runner's word about itself)."""
+    from sandbox import caps
+
+    try:
+        return int(caps.status(f"/proc/{pid}/status")["Threads"])
+    except (OSError, KeyError, ValueError) as e:
+        raise infrastructure("runner_isolation_unavailable",
+                             f"the judge cannot count runner pid {pid}'s threads: {e}") from None
+
+
+def check_threads(side: Side, stage: ErrorStage, when: str) -> None:
+    """Fail when the runner has more threads than the harness had before the candidate's
+    import (``Side.base_threads``, counted by the judge after the runner's setup, which
+    starts torch's own pools). A thread the candidate started, at import or in a call,
+    could finish the work after the reply, while the judge checks, or keep the device busy
+    while the other side is timed: it is the candidate's, whenever it was made."""
+    if side.base_threads < 0 or side.prefix:
+        return  # a diagnostics tool's runner (never timed): the tool's threads are its own
+    n = threads_of(side.runner.proc.pid)
+    for _ in range(4):  # a thread the call joined may take a moment to leave the kernel's count
+        if n <= side.base_threads:
+            return
+        time.sleep(0.005)
+        n = threads_of(side.runner.proc.pid)
+    if n > side.base_threads:
+        raise StageFailure(stage, "background_thread",
+                           f"{when} the candidate's runner had {n - side.base_threads} thread(s) "
+                           f"more than the harness's own {side.base_threads}: work could run "
+                           "outside the timed call or after the reply",
+                           detail={"threads": n, "harness_threads": side.base_threads})
 
 
 def check_beside(ev: Evaluation, stage: ErrorStage) -> None:

@@ -28,6 +28,8 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
+from sandbox.twin import Twins, mirror
+
 # aten overload packets (``torch.ops.aten.<name>``) that never compute an answer.
 ALLOWED = frozenset({
     # allocation
@@ -47,25 +49,41 @@ ALLOWED = frozenset({
 })
 
 
-class OpAudit(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Records the aten ops of one launch; :meth:`compute_ops` lists the forbidden ones."""
+# Allowed ops that are not re-run on the twins: reads of one value (the host's own business,
+# on a decoy) and storage rebinding (twins follow storages, not tensor objects).
+_NOT_MIRRORED = frozenset({"_local_scalar_dense", "item", "set_", "record_stream", "sym_size",
+                           "sym_stride", "sym_numel", "sym_storage_offset", "is_contiguous",
+                           "stride", "size", "numel", "dim", "is_same_size"})
 
-    def __init__(self) -> None:
+
+class OpAudit(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Records the aten ops of one launch; :meth:`compute_ops` lists the forbidden ones.
+
+    With ``twins`` (a kernel-only destination-passing call, :mod:`sandbox.twin`), every
+    allowed op that touches a decoy is mirrored onto the kernels' side."""
+
+    def __init__(self, twins: Twins | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[str] = []
+        self.twins = twins
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
-        self.ops.append(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        self.ops.append(name)
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if self.twins is not None and name in ALLOWED and name not in _NOT_MIRRORED:
+            mirror(self.twins, func, args, kwargs, out)
+        return out
 
     def compute_ops(self) -> list[str]:
         return sorted({op for op in self.ops if op not in ALLOWED})
 
 
-def audited(call: Callable[[], Any]) -> tuple[Callable[[], Any], OpAudit]:
+def audited(call: Callable[[], Any], twins: Twins | None = None) -> tuple[Callable[[], Any], OpAudit]:
     """Wrap ``call`` so that it runs under a fresh audit; check the mode stack after."""
-    audit = OpAudit()
+    audit = OpAudit(twins)
 
     def run() -> Any:
         depth = len(_get_current_dispatch_mode_stack())

@@ -15,6 +15,7 @@ torch mode may be left active around the copy.
 
 from __future__ import annotations
 
+import gc
 import sys
 import types
 from collections.abc import Callable
@@ -22,13 +23,38 @@ from typing import Any
 
 import torch
 
-from sandbox.pytree import rebuild, returned_tensors
+from sandbox.pytree import rebuild
 
 _copy = torch.Tensor.copy_
 _Tensor = torch.Tensor
 _dispatch_depth = torch._C._len_torch_dispatch_stack
 _function_depth = torch._C._len_torch_function_stack
 _no_grad = torch.no_grad
+_gc_enabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
+_gettrace, _getprofile = sys.gettrace, sys.getprofile
+_monitoring = getattr(sys, "monitoring", None)
+
+
+def plain(obj: Any) -> list[Any]:
+    """What a call returned, reduced inside the timed call to exact tuples/lists of what it
+    held: nothing of the candidate's types is kept for :meth:`Returned.collect`, so no
+    method of theirs (``__del__``, ``__iter__``, a lazy subclass) runs outside the timed
+    region. Looks at exact types only (``type(x) is``), which runs no candidate code."""
+    if type(obj) is tuple or type(obj) is list:
+        return list(obj)
+    return [obj]
+
+
+def hooks_left() -> str | None:
+    """Candidate code that would run inside the harness's own Python calls: a trace or
+    profile function, or a ``sys.monitoring`` tool."""
+    if _gettrace() is not None or _getprofile() is not None:
+        return "a trace or profile function"
+    if _monitoring is not None:
+        for tool in range(6):
+            if _monitoring.get_tool(tool) is not None:
+                return f"sys.monitoring tool {tool}"
+    return None
 
 
 def install_modules(modules: dict[str, str]) -> None:
@@ -61,7 +87,8 @@ class Returned:
         self.init = setup.get("init", {"list": []})
         self.init_seed = int(setup.get("init_seed", 0))
         self.device = device
-        self.last: Any = None
+        self.last: list[Any] | None = None
+        self._held: list[Any] = []  # collected outputs, released inside the next timed call
 
     @property
     def active(self) -> bool:
@@ -91,20 +118,38 @@ class Returned:
         """The timed call: only ``fn`` itself; what it returns is kept for :meth:`collect`."""
         args = rebuild(data["template"], views)
         self.last = None
-        if data.get("star"):
-            def call() -> None:
-                self.last = fn(*args)
-        else:
-            def call() -> None:
-                self.last = fn(args)
+        held = self._held
+        self._held = []
+        star = bool(data.get("star"))
+
+        def call() -> None:
+            # The last call's outputs are dropped here, inside the timed region: a
+            # finalizer of theirs runs (and is timed) now, never while the judge checks.
+            held.clear()
+            self.last = plain(fn(*args) if star else fn(args))
         return call
 
     def collect(self, outs: list[torch.Tensor]) -> dict[str, Any] | None:
         """Copy the last call's returned tensors into ``outs``; an error reply, or None."""
-        got, self.last = returned_tensors(self.last), None
+        was = _gc_enabled()
+        _gc_disable()  # no collection (and so no candidate __del__) until the copy is done
+        try:
+            return self._collect(outs)
+        finally:
+            if was:
+                _gc_enable()
+
+    def _collect(self, outs: list[torch.Tensor]) -> dict[str, Any] | None:
+        got = self.last if self.last is not None else []
+        self.last = None
+        self._held = got  # kept alive until the next timed call (see bind)
         if _dispatch_depth() or _function_depth():
             return _err("mode_left_active", "the call left a torch dispatch or function mode "
                         "active: work could be deferred into the copy of its outputs")
+        hook = hooks_left()
+        if hook is not None:
+            return _err("mode_left_active", f"the call left {hook} installed: its code would run "
+                        "inside the copy of the outputs, outside the timed call")
         if len(got) != len(outs):
             return _err("output_shape_mismatch", f"the call returned {len(got)} tensor(s); the "
                         f"task expects {len(outs)} ({_shapes(outs)})")

@@ -29,8 +29,27 @@ from sandbox.returned import Returned
 from sandbox.tensors import DTYPES
 from sandbox.text import NAME_CAP, clean
 from sandbox.timing import Timer, _perf_ns, thread_count
+from sandbox.twin import TwinError, Twins, install
 
 _T_IMPORTED = time.monotonic()
+_setprofile, _settrace = sys.setprofile, sys.settrace
+_monitoring = getattr(sys, "monitoring", None)
+
+
+def _no_hooks() -> None:
+    """Remove any profile/trace function or ``sys.monitoring`` tool the call installed.
+
+    Runs as the last step *inside* the timed call: such a hook would otherwise run candidate
+    code in the harness's own Python calls after the timed region (building the reply,
+    copying returned outputs), work that no clock would see. Removing it may itself run the
+    hook once (a ``c_call`` event), still inside the timed region."""
+    _setprofile(None)
+    _settrace(None)
+    if _monitoring is not None:
+        for tool in range(6):
+            if _monitoring.get_tool(tool) is not None:
+                _monitoring.set_events(tool, 0)
+                _monitoring.free_tool_id(tool)
 _PREPARE_S = 0.0  # prepare_triton's seconds, reported with the setup
 
 
@@ -78,6 +97,7 @@ class Runner:
         self._graphs: dict[str, Any] = {}
         self._harness_streams = False
         self.returned = Returned({}, self.device)
+        self.twins: Twins | None = None
 
     def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -105,6 +125,11 @@ class Runner:
         self.cuda_graph = bool(msg.get("cuda_graph", False)) and self.device == "cuda"
         self.audit_ops = bool(msg.get("audit_ops", False))
         self.returned = Returned(msg, self.device)  # returned-output contracts (sandbox.returned)
+        if self.audit_ops and msg.get("twins") and not self.returned.active:
+            # Kernel-only, destination passing: the host code gets decoys (sandbox.twin).
+            self.twins = Twins()
+            install(lambda: self.twins)
+        warm_harness(self.device)
         self.timer = Timer(self.device, msg.get("cache", "hot"), msg.get("flush_mib"))
         return {"ok": True, "flush_bytes": self.timer.flush_nbytes, "lead_us": self.timer.lead_us, "threads": thread_count(),
                 "import_s": round(_T_IMPORTED - _T_START, 4), "prepare_s": round(_PREPARE_S, 4),
@@ -191,10 +216,17 @@ class Runner:
         # An empty call takes the same path as a real one (audit, flags, the same reply),
         # so that the judge's overhead estimate holds everything but the launch itself.
         args = [] if noop else self._args(msg["args"], int(msg.get("buf", 0)))
+        twins = None if noop else self.twins
+        if twins is not None:
+            args = twins.bind(repr((msg["args"], msg.get("buf", 0))), args)
         fn = (lambda *a: None) if noop else self.fn
-        call = lambda: fn(*args)  # noqa: E731
+        body = lambda: fn(*args)  # noqa: E731
         if self.returned.active and not noop:
-            call = self.returned.bind(self.fn, msg["data"], args)
+            body = self.returned.bind(self.fn, msg["data"], args)
+
+        def call() -> None:
+            body()  # type: ignore[no-untyped-call]
+            _no_hooks()  # inside the timed region
         # Re-pin the precision flags before every call; report if the call changed them.
         torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
         torch.backends.cudnn.allow_tf32 = self.allow_tf32
@@ -210,7 +242,7 @@ class Runner:
         t_timed = t_done = 0
         try:
             if self.audit_ops:
-                run, audit = audited(timed)
+                run, audit = audited(timed, twins)
                 t_timed = _perf_ns()
                 ms, wall, tail = run()
             else:
@@ -219,8 +251,12 @@ class Runner:
             t_done = _perf_ns()
         except AuditTampered as e:
             return _error("op_audit_tampered", e, self.path)
+        except TwinError as e:
+            return _error("kernel_argument_unsupported", e, self.path)
         except BaseException as e:
             return _error(_classify(e), e, self.path)
+        finally:
+            twin_stats = twins.end() if twins is not None else None
         flags_ok = (torch.backends.cuda.matmul.allow_tf32 == self.allow_tf32
                     and torch.backends.cudnn.allow_tf32 == self.allow_tf32)
         stream_ok = self.default_stream is None or torch.cuda.current_stream() == self.default_stream
@@ -228,6 +264,8 @@ class Runner:
                  "flags_ok": flags_ok, "streams": self.streams_created, "stream_ok": stream_ok}
         if audit is not None:
             reply["audit"] = report(audit)
+        if twin_stats is not None:
+            reply["twins"] = twin_stats
         # Where the runner's own host time went around the timed region (diagnostics of
         # the judge's escape check; untrusted, never decisive): before it, and after it.
         reply["host_ms"] = [(t_timed - t_in) / 1e6, (_perf_ns() - t_done) / 1e6]
@@ -290,6 +328,17 @@ class Runner:
             else:
                 reply = {"ok": False, "error": {"code": "protocol", "message": f"unknown op {op!r}"}}
             send(wfd, reply)
+
+
+def warm_harness(device: str) -> None:
+    """Start the threads torch starts lazily (its intra-op pool on the CPU; CUDA's own on a
+    GPU) before the candidate is imported, so that the judge's thread count after the setup
+    is the harness's whole set: any thread beyond it is the candidate's."""
+    x = torch.ones(1 << 16, device=device)
+    x.add_(1.0)
+    float(x.sum())
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def prepare_triton(device: str) -> float:

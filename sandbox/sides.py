@@ -13,6 +13,7 @@ import torch
 from sandbox import prestart
 from sandbox.failure import StageFailure, infrastructure
 from sandbox.gpu_share import GpuBuffer, export_buffer
+from sandbox.isolation import check_threads, threads_of
 from sandbox.proc import RunnerFailure, RunnerHandle
 from sandbox.tensors import Slot, view
 from sandbox.wire import BenchmarkWire, ErrorStage
@@ -39,12 +40,13 @@ class Side:
         ``wait=False``: send the setup only; :meth:`await_setup` takes the runner's answer
         (so that two runners map their buffers and create their CUDA contexts at once)."""
         self.path = path
+        self.prefix = prefix
         self.device = device
         self.audit_ops = audit_ops
         self._own: GpuBuffer | None = None
         msg: dict[str, Any] = {"op": "setup", "cache": bench.cache, "flush_mib": bench.flush_mib,
                                "allow_tf32": bench.allow_tf32, "cuda_graph": bench.cuda_graph,
-                               "audit_ops": audit_ops, **(extra or {})}
+                               "audit_ops": audit_ops, "twins": audit_ops, **(extra or {})}
         self.runner = runner or RunnerHandle(path, entry, device, prefix=prefix)
         if device == "cpu":
             # A sealed memfd: the runner can write the bytes but cannot shrink the file
@@ -89,6 +91,8 @@ class Side:
             if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= ready:
                 self.startup[key.removesuffix("_s")] = float(v)
         self.flush_bytes = int(setup.get("flush_bytes", 0))
+        if not self.prefix:  # the harness's threads, counted before the candidate is imported
+            self.base_threads = threads_of(self.runner.proc.pid)
         lead = setup.get("lead_us", 0.0)
         self.lead_us = float(lead) if isinstance(lead, int | float) and not isinstance(lead, bool) else 0.0
 
@@ -165,12 +169,15 @@ def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage:
             break
     for side, n, (code_prefix, msg_prefix) in zip(sent, numbers, renames, strict=False):
         try:
-            reply = side.runner.receive(ev.left(ev.compile_deadline), "compile_timeout")
+            side.runner.receive(ev.left(ev.compile_deadline), "compile_timeout")
         except RunnerFailure as e:
             failure = failure or ev.failure(stage, e).renamed(code_prefix, msg_prefix)
             continue
         ev.phase(f"runner{n}_load", t_load)  # importing the module
-        side.base_threads = int(reply.get("threads", -1))
+        try:
+            check_threads(side, stage, "after its import")
+        except StageFailure as e:
+            failure = failure or e.renamed(code_prefix, msg_prefix)
     if failure is not None:
         raise failure
     return sides

@@ -26,14 +26,14 @@ pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is Non
 
 # attack file -> (allowed stages, allowed codes)
 CASES: dict[str, tuple[set[str], set[str]]] = {
-    "background_thread.py": ({"correctness", "benchmark"},
+    "background_thread.py": ({"compile", "correctness", "benchmark"},
                              {"output_untouched", "wrong_values", "background_thread", "work_escaped_timing"}),
-    "side_stream.py": ({"correctness", "benchmark"},
+    "side_stream.py": ({"compile", "correctness", "benchmark"},
                        {"output_untouched", "wrong_values", "background_thread", "work_escaped_timing"}),
     "lazy_output.py": ({"correctness"}, {"output_untouched"}),
     "unmasked_tail_store.py": ({"correctness"}, {"out_of_bounds_write"}),
     "torch_fallback_in_except.py": ({"compile"}, {"torch_compute_in_launch"}),
-    "cache_by_pointer.py": ({"correctness"}, {"wrong_values"}),
+    "cache_by_pointer.py": ({"correctness"}, {"wrong_values", "output_untouched"}),
     "cache_by_call_count.py": ({"correctness", "benchmark"}, {"output_untouched"}),
     "batch_and_skip.py": ({"correctness", "benchmark"}, {"output_untouched"}),
     "reuse_freed_memory.py": ({"correctness"}, {"wrong_values", "output_untouched"}),
@@ -59,6 +59,17 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     "rich_markup_message.py": ({"compile", "correctness"}, {"exception"}),
     "control_chars_message.py": ({"compile", "correctness"}, {"exception"}),
     "forged_runner_reply.py": ({"compile"}, {"protocol_violation"}),
+    # kernel-only: the launcher's host code gets decoys, only kernels see the judge's tensors
+    "host_numpy_view.py": ({"correctness"}, {"output_untouched", "wrong_values"}),
+    "host_copy_round_trip.py": ({"correctness"}, {"output_untouched", "wrong_values"}),
+    "host_tolist_copy_kernel.py": ({"correctness"}, {"output_untouched", "wrong_values"}),
+    "kernel_leaks_inputs_to_host.py": ({"correctness"}, {"output_untouched", "wrong_values"}),
+    "dispatch_disabled.py": ({"correctness"}, {"output_untouched", "wrong_values"}),
+    "mode_stack_popped.py": ({"correctness"}, {"output_untouched", "wrong_values", "op_audit_tampered"}),
+    "helper_thread_torch_op.py": ({"correctness"}, {"output_untouched", "wrong_values",
+                                                    "background_thread"}),
+    # a thread the harness did not make is counted against the runner's pre-import threads
+    "import_thread_deferred.py": ({"compile"}, {"background_thread"}),
 }
 LIMITS = {"compile_s": 60, "run_s": 20, "memory_mib": 1536}
 

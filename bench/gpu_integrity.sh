@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Verdict integrity on one GPU (nvidia-h200): both kinds of wrong verdict, in one device call.
+#   1. every legit kernel of tests/legit, plainly and through the runner's twins (autotuned
+#      ones included: they need the GPU), outputs compared bit for bit;
+#   2. honest evaluations: the examples' good candidates, alone and against themselves
+#      (paired acceptance), on bwrap with the GPU;
+#   3. every runtime attack (tests/attacks/runtime, scan off: tests/policies/runtime-only.toml)
+#      on examples/vector_add, three at a time;
+#   4. the returned-output attacks (tests/attacks/returned) on an imported KernelBench ReLU;
+#   5. the GPU tests (tests/e2e/test_gpu.py).
+# Everything lands in $OUT/integrity.tgz (summary.txt holds one line per run).
+# Usage on the device: OUT=... bash bench/gpu_integrity.sh
+set -u
+source bench/gpu_env.sh || exit 1
+export PATH="$PWD/.gpu/bin:$(dirname "$(command -v python3)"):$PATH"
+R=/tmp/kg-integrity; rm -rf "$R"; mkdir -p "$R/att" "$R/ret" "$R/honest"; OUT="${OUT:-/tmp/kg-out}"
+{ date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv
+  python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; nproc; } > "$R/env.txt" 2>&1
+S="$R/summary.txt"
+verdict() {  # file -> "ok stage/code" from a JSON report
+  python3 -c 'import json,sys
+try:
+    r = json.load(open(sys.argv[1])); e = (r.get("errors") or [{}])[0]
+    t = (r.get("timing") or {}).get("median")
+    print(r.get("ok"), f"{e.get(\"stage\")}/{e.get(\"code\")}", "median_ms=%s" % t, (e.get("message") or "")[:160])
+except Exception as x:
+    print("unreadable", repr(x)[:120])' "$1"
+}
+
+timeout 240 python3 tests/unit/_twin_legit_check.py --cuda tests/legit/*.py > "$R/twin_legit.jsonl" 2> "$R/twin_legit.err"
+echo "twin_legit rc=$? $(grep -c '"same": true' "$R/twin_legit.jsonl") same, $(grep -c '"same": false' "$R/twin_legit.jsonl") differ, $(grep -c error "$R/twin_legit.jsonl") errors" >> "$S"
+
+for ex in vector_add softmax matmul; do
+  for mode in alone paired; do
+    extra=(); [[ $mode == paired ]] && extra=(--current "examples/$ex/candidates/good.py")
+    timeout 200 python3 -m grader.cli run "examples/$ex" "examples/$ex/candidates/good.py" "${extra[@]}" \
+        --backend bwrap --device cuda --json > "$R/honest/${ex}_$mode.json" 2>> "$R/honest/stderr.log"
+    echo "honest $ex $mode rc=$? $(verdict "$R/honest/${ex}_$mode.json")" >> "$S"
+  done
+done
+
+run_attack() {
+  local f=$1 n; n=$(basename "$f" .py)
+  timeout 200 python3 -m grader.cli run examples/vector_add "$f" --backend bwrap --device cuda \
+      --policy tests/policies/runtime-only.toml --json --run-s 60 > "$R/att/$n.json" 2> "$R/att/$n.err"
+  echo "attack $n rc=$? $(verdict "$R/att/$n.json")" >> "$R/att/lines.txt"
+}
+i=0
+for f in tests/attacks/runtime/*.py; do
+  run_attack "$f" & i=$((i + 1)); (( i % 3 == 0 )) && wait
+done
+wait; sort "$R/att/lines.txt" >> "$S"
+
+mkdir -p "$R/kb"
+timeout 200 python3 -m grader.cli task import kernelbench examples/field/kernelbench/problems/1_ReLU.py \
+    --out "$R/kb" --backend bwrap --device cuda > "$R/ret/import.log" 2>&1
+echo "import relu rc=$?" >> "$S"
+task=$(ls -d "$R"/kb/*/ | head -1)
+for f in tests/attacks/returned/*.py examples/field/kernelbench/submissions/1_ReLU/good.py; do
+  n=$(basename "$f" .py)
+  timeout 200 python3 -m grader.cli run "$task" "$f" --backend bwrap --device cuda --json \
+      --policy tests/policies/runtime-only.toml > "$R/ret/$n.json" 2> "$R/ret/$n.err"
+  echo "returned $n rc=$? $(verdict "$R/ret/$n.json")" >> "$S"
+done
+
+timeout 200 python3 -m pytest -q -p no:cacheprovider tests/e2e/test_gpu.py > "$R/pytest_gpu.txt" 2>&1
+echo "pytest_gpu rc=$? $(tail -1 "$R/pytest_gpu.txt")" >> "$S"
+cat "$S"
+tar -czf "$OUT/integrity.tgz" -C /tmp kg-integrity

@@ -1,0 +1,32 @@
+"""Copies the inputs to the host (.cpu() / .to()), adds them with numpy, and copies the sum
+back into the output with copy_: on CUDA the op audit sees only _to_copy and copy_."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _add(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(o_ptr + offs, tl.load(x_ptr + offs, mask=m) + tl.load(y_ptr + offs, mask=m), mask=m)
+
+
+@triton.jit
+def _copy(s_ptr, d_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(d_ptr + offs, tl.load(s_ptr + offs, mask=m), mask=m)
+
+
+def _grid(t):
+    return (triton.cdiv(t.numel(), 1024),)
+
+
+
+def launch(x, y, out):
+    import numpy as np
+
+    s = np.add(x.cpu().numpy(), y.to("cpu").numpy())
+    out.copy_(torch.from_numpy(s).to(out.device))
+    _add[(1,)](x, y, out, 0, BLOCK=1024)
