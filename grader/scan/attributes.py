@@ -41,6 +41,12 @@ class Pending:
 
     own: set[str] = field(default_factory=set)
     uses: list[tuple[str, int, int, bool]] = field(default_factory=list)  # name, line, col, kernel
+    # Names bound to a value somewhere (a parameter, an assignment that is not a module
+    # alias, a loop or except target ...): the alias table has no scopes, so a module alias
+    # of the same name (``import math as out``; ``def launch(x, y, out)``) proves nothing.
+    values: set[str] = field(default_factory=set)
+    alias_targets: set[int] = field(default_factory=set)  # id() of `t` in `t = torch`
+    through_alias: list[tuple[str, str, int, int, bool]] = field(default_factory=list)
 
 
 def definable(name: str) -> bool:
@@ -53,6 +59,53 @@ def definable(name: str) -> bool:
 def on_class(w: Walker, node: ast.ClassDef) -> None:
     """Names bound in a class body (fields, methods, enum members) are the file's own."""
     w.attributes.own |= bound_in(list(node.body))
+    w.attributes.values.add(node.name)
+
+
+def note_alias(w: Walker, targets: list[ast.expr], value: ast.expr | None) -> None:
+    """``t = torch`` keeps ``t`` a module alias; any other binding of ``t`` is a value."""
+    if isinstance(value, ast.Name | ast.Attribute) and w.qual(value) is not None:
+        w.attributes.alias_targets.update(id(t) for t in targets if isinstance(t, ast.Name))
+
+
+def on_binding(w: Walker, node: ast.AST) -> None:
+    """A name bound to a value: a stored ``Name`` (unless an alias target), a parameter,
+    an except or match capture, a function's name."""
+    if isinstance(node, ast.Name):
+        if id(node) not in w.attributes.alias_targets:
+            w.attributes.values.add(node.id)
+        return
+    name = (node.arg if isinstance(node, ast.arg)
+            else node.rest if isinstance(node, ast.MatchMapping)
+            else getattr(node, "name", None))
+    if isinstance(name, str):
+        w.attributes.values.add(name)
+
+
+def on_match_class(w: Walker, node: ast.MatchClass, in_kernel: bool) -> None:
+    """``case object(numpy=f)`` reads the subject's attribute ``numpy`` (so the attribute
+    rules of every policy apply to it); a positional sub-pattern reads whatever the class's
+    ``__match_args__`` names (dataclasses set it), which the allow-list cannot see."""
+    for attr, pattern in zip(node.kwd_attrs, node.kwd_patterns, strict=True):
+        w.report_all(w.c.attrs(attr), pattern)  # every policy: dunder walks, file access
+    allow = w.c.allow
+    if allow is None:
+        return
+    allowed = allow.kernel_attributes if in_kernel else allow.attributes
+    for attr, pattern in zip(node.kwd_attrs, node.kwd_patterns, strict=True):
+        if allowed is not None and attr not in allowed:
+            _use(w, attr, pattern.lineno, pattern.col_offset, in_kernel, allow.policy)
+    builtin = w.qual(node.cls) in _SELF_MATCHING
+    if allowed is not None and node.patterns and not builtin:
+        why = (f"a class pattern with positional sub-patterns reads the attributes its "
+               f"class's __match_args__ names; policy {allow.policy} allows keyword "
+               "sub-patterns only, each checked as an attribute")
+        w.report(Hit(RULE, "deny", why), node.lineno, node.col_offset)
+
+
+# Builtin classes whose one positional sub-pattern is the subject itself (PEP 634).
+_SELF_MATCHING = frozenset({"bool", "bytearray", "bytes", "dict", "float", "frozenset", "int",
+                            "list", "set", "str", "tuple"})
 
 
 def on_value(w: Walker, receiver: ast.expr) -> bool:
@@ -75,24 +128,40 @@ def check(w: Walker, node: ast.Attribute, in_kernel: bool) -> None:
     if not isinstance(node.ctx, ast.Load):
         w.attributes.own.add(attr)  # self.block = ..., del obj.x
     allowed = allow.kernel_attributes if in_kernel else allow.attributes
-    if allowed is None or attr in allowed or not on_value(w, node.value):
+    if allowed is None or attr in allowed:
         return
     # Point at the attribute's own name (the node starts where its receiver does).
     line = node.end_lineno or node.lineno
     col = node.end_col_offset - len(attr) if node.end_col_offset is not None else node.col_offset
+    if on_value(w, node.value):
+        _use(w, attr, line, col, in_kernel, allow.policy)
+        return
+    root: ast.expr = node.value
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Name):  # a module alias, unless the name is a value too
+        w.attributes.through_alias.append((root.id, attr, line, col, in_kernel))
+
+
+def _use(w: Walker, attr: str, line: int, col: int, in_kernel: bool, policy: str) -> None:
     if definable(attr):
         w.attributes.uses.append((attr, line, col, in_kernel))
     else:
-        _deny(w, attr, line, col, in_kernel, allow.policy)
+        _deny(w, attr, line, col, in_kernel, policy)
 
 
 def finish(w: Walker) -> None:
-    """Deny the uses of definable names that the file did not define after all."""
+    """Decide what needed the whole file: uses of definable names the file did not define
+    after all, and uses through a module alias whose name is also bound to a value."""
     allow = w.c.allow
     if allow is None:
         return
-    for attr, line, col, in_kernel in w.attributes.uses:
-        if attr not in w.attributes.own:
+    state = w.attributes
+    for root, attr, line, col, in_kernel in state.through_alias:
+        if root in state.values:
+            _use(w, attr, line, col, in_kernel, allow.policy)
+    for attr, line, col, in_kernel in state.uses:
+        if attr not in state.own:
             _deny(w, attr, line, col, in_kernel, allow.policy)
 
 

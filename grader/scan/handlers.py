@@ -101,6 +101,8 @@ def _whole_name(w: Walker, node: ast.Name | ast.Attribute, q: str) -> None:
 def on_name(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Name)
     if isinstance(node.ctx, ast.Store):
+        if w.c.allow is not None:
+            attributes.on_binding(w, node)
         return ctx & ~INNER
     q = w.qual(node)
     if q is not None and q in w.c.as_value:
@@ -233,6 +235,7 @@ def on_call(w: Walker, node: ast.AST, ctx: int) -> int:
 def on_function(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
     ctx &= ~CLASS
+    on_binding(w, node, ctx)
     if any(w.is_jit(d) for d in node.decorator_list):
         w.jit_defs[node.name] = node.lineno
         return ctx | JIT
@@ -253,6 +256,7 @@ def _alias_value(w: Walker, targets: list[ast.expr], value: ast.expr | None, ctx
         return
     if isinstance(value, ast.Name | ast.Attribute) and all(isinstance(t, ast.Name) for t in targets):
         w.alias_values.add(id(value))
+        attributes.note_alias(w, targets, value)
 
 
 def on_assign(w: Walker, node: ast.AST, ctx: int) -> int:
@@ -355,7 +359,26 @@ def on_constant(w: Walker, node: ast.AST, ctx: int) -> int:
     return ctx
 
 
+def on_binding(w: Walker, node: ast.AST, ctx: int) -> int:
+    """Parameters, except and match captures: names bound to values (for the allow-list)."""
+    if w.c.allow is not None:
+        attributes.on_binding(w, node)
+    return ctx & ~INNER
+
+
+def on_match_class(w: Walker, node: ast.AST, ctx: int) -> int:
+    assert isinstance(node, ast.MatchClass)
+    attributes.on_match_class(w, node, bool(ctx & JIT))
+    return ctx & ~INNER
+
+
 HANDLERS: dict[type[ast.AST], Handler] = {
+    ast.arg: on_binding,
+    ast.ExceptHandler: on_binding,
+    ast.MatchAs: on_binding,
+    ast.MatchStar: on_binding,
+    ast.MatchMapping: on_binding,
+    ast.MatchClass: on_match_class,
     ast.Import: on_import,
     ast.ImportFrom: on_import,
     ast.Name: on_name,

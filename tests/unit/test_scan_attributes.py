@@ -81,6 +81,10 @@ DENIED = [
     ("def launch(x, out):\n    g = (v for v in ()).gi_frame\n", 2, "gi_frame"),
     # a parameter named like a builtin is a local value, not the builtin
     ("def launch(input, out):\n    a = input.numpy()\n", 2, "numpy"),
+    # a name bound to a value anywhere is no module alias (the alias table has no scopes)
+    ("import math as out\ndef launch(x, out):\n    a = out.numpy()\n", 3, "numpy"),
+    ("import math as m\nm = torch.empty(3)\nv = m.tolist()\n", 3, "tolist"),
+    ("import math as m\nfor m in [torch.empty(3)]:\n    v = m.tolist()\n", 3, "tolist"),
     # decorators and defaults of a kernel run on the host, with the launch's tensors
     ("@triton.heuristics({'B': lambda args: args['x'].sum()})\n@triton.jit\n"
      "def k2(x, B: tl.constexpr):\n    pass\n", 1, "sum"),
@@ -100,6 +104,28 @@ def test_attribute_outside_the_list_is_denied_at_its_line_and_column(
     assert (line, col) in [(ln, c) for ln, c, _ in found], found
     message = next(m for ln, c, m in found if (ln, c) == (line, col))
     assert f".{attr} " in message and allowlisted.name in message
+
+
+def test_class_patterns_read_attributes_and_are_checked_as_such(allowlisted: Policy) -> None:
+    src = """
+    class Box:
+        pass
+
+    def launch(x, out):
+        match x:
+            case object(numpy=f, shape=s):
+                pass
+            case Box(a, b):
+                pass
+            case object(from_file=g):
+                pass
+    """
+    found = hits(scan(src, allowlisted))
+    # keyword sub-patterns point at their pattern, positional ones at the class pattern
+    assert [(ln, c) for ln, c, _ in found] == [(7, 26), (9, 13), (11, 30)]
+    assert ".numpy " in found[0][2] and "__match_args__" in found[1][2]
+    assert [(ln, c) for ln, c, _ in hits(scan(src, allowlisted), "file-access-method")] == [
+        (11, 30)]
 
 
 def test_a_definition_in_the_file_does_not_unlock_a_tensor_method(allowlisted: Policy) -> None:
@@ -162,9 +188,13 @@ ALLOWED = [
     "    v = tl.load(x_ptr).to(o_ptr.dtype.element_ty)\n"
     "    w = v.sum(axis=0) + v.max(axis=0) + v.reshape(B).T.cast(tl.float32).shape[0]\n"
     "    o_ptr.atomic_add(w) if o_ptr.dtype.element_ty.is_fp32() else tl.store(o_ptr, w)\n",
-    # module-rooted names are the module allow-list's business
+    # module-rooted names are the module allow-list's business, aliases included
     "def launch(x, out):\n    e = torch.empty(4, device=x.device).view(2, 2)\n"
     "    f = torch.float32\n",
+    "t = torch\ndef launch(x, out):\n    e = t.empty(4)\n    g = t.cuda.is_available()\n",
+    # patterns that read no attribute
+    "def launch(x, out):\n    match x.shape:\n        case (int(n), m) if n > 0:\n            pass\n"
+    "        case {'k': v}:\n            pass\n        case [*rest]:\n            pass\n",
 ]
 
 
@@ -221,6 +251,12 @@ def test_file_access_as_a_method_is_denied_by_every_policy(every_policy: Policy,
                                                            line: int, col: int) -> None:
     found = hits(scan(src, every_policy), "file-access-method")
     assert [(ln, c) for ln, c, _ in found] == [(line, col)]
+
+
+def test_class_pattern_keywords_meet_every_policys_attribute_rules(every_policy: Policy) -> None:
+    src = "def launch(x, out):\n    match x:\n        case object(from_file=f):\n            pass\n"
+    assert [(ln, c) for ln, c, _ in hits(scan(src, every_policy), "file-access-method")] == [
+        (3, 30)]
 
 
 def test_getattr_literal_file_method_is_denied_by_default() -> None:
