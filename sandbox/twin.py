@@ -41,6 +41,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 ALIGN = 512  # decoys keep the slot's pointer alignment modulo this (vectorised paths)
 _FILL = 0xFF  # NaN for every float dtype, -1 for signed integers
+SLOW = object()  # Twins.direct: this argument takes the slow lane
 
 
 class TwinError(RuntimeError):
@@ -61,6 +62,9 @@ class Twins:
     def __init__(self) -> None:
         self._map: dict[int, _Entry] = {}
         self._decoys: dict[str, list[torch.Tensor]] = {}
+        # The launch path's fast lane: a decoy handed to a kernel as it is -> its slot view
+        # (by identity; the decoy is held in the value, so its id is not reused).
+        self._direct: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._lock = threading.RLock()
         self.active = False
         self.launches = 0  # launches whose arguments were twinned in the current call
@@ -76,9 +80,11 @@ class Twins:
                     self._drop_slots()
                 decoys = [self._decoy(r) for r in real]
                 self._decoys[key] = decoys
+            self._direct = {}
             for d, r in zip(decoys, real, strict=True):
                 self._map[_sptr(d)] = _Entry(r.untyped_storage(), _byte_off(r) - _byte_off(d),
                                              d.untyped_storage(), True)
+                self._direct[id(d)] = (d, r)
             self.launches = self.copies = 0
             self.active = True
         return decoys
@@ -87,6 +93,7 @@ class Twins:
         """Deactivate and forget this call's copies; what the call did, for the reply."""
         with self._lock:
             self.active = False
+            self._direct = {}
             self._map = {k: e for k, e in self._map.items() if e.slot}
             return {"launches": self.launches, "copies": self.copies}
 
@@ -107,10 +114,23 @@ class Twins:
 
     # ---- twins -----------------------------------------------------------------------
     def has(self, t: torch.Tensor) -> bool:
-        return _sptr(t) in self._map
+        return id(t) in self._direct or _sptr(t) in self._map
+
+    def direct(self, a: Any) -> Any:
+        """The fast lane of :meth:`kernel_arg`: a decoy itself, or any non-pointer value;
+        ``SLOW`` when the argument needs :meth:`kernel_arg` (which may make tensors)."""
+        hit = self._direct.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        if isinstance(a, torch.Tensor) or hasattr(a, "data_ptr") or hasattr(a, "base"):
+            return SLOW
+        return a
 
     def twin(self, t: torch.Tensor) -> torch.Tensor:
         """The kernels' side of host tensor ``t`` (made now, by copy, if it has none)."""
+        hit = self._direct.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
         with self._lock:
             e = self._map.get(_sptr(t))
             if e is None:
@@ -158,7 +178,7 @@ def mirror(twins: Twins, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     calls this for allowed ops, after running ``func`` itself on what the host code holds)."""
     if not twins.active:
         return
-    flat_in = [a for a in _flat((args, kwargs)) if isinstance(a, torch.Tensor)]
+    flat_in = _tensors(args, kwargs)
     if not any(twins.has(a) for a in flat_in):
         return  # host-only data: nothing of the kernels' side is involved
     flat_out = [o for o in _flat(out) if isinstance(o, torch.Tensor)]
@@ -186,10 +206,13 @@ def install(twins_of: Callable[[], Twins | None]) -> None:
             twins = twins_of()
             if twins is None or not twins.active:
                 return _run(self, *args, **kwargs)
-            with twins.launching():
-                a = [twins.kernel_arg(x) for x in args]
-                kw = {k: twins.kernel_arg(v) for k, v in kwargs.items()}
-                twins.launches += 1
+            a = [twins.direct(x) for x in args]
+            kw = {k: twins.direct(v) for k, v in kwargs.items()}
+            if any(x is SLOW for x in a) or any(v is SLOW for v in kw.values()):
+                with twins.launching():  # views, scratch tensors, descriptors: made here
+                    a = [twins.kernel_arg(x) for x in args]
+                    kw = {k: twins.kernel_arg(v) for k, v in kwargs.items()}
+            twins.launches += 1
             return _run(self, *a, **kw)
 
         wrapped._kgrader_twins = True  # type: ignore[attr-defined]
@@ -211,6 +234,17 @@ def _kernel_classes() -> list[type]:
     except ImportError:
         pass
     return classes
+
+
+def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+    """The tensors among an op's arguments, one list level deep (allowed ops take no more)."""
+    out: list[torch.Tensor] = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, list | tuple):
+            out.extend(x for x in a if isinstance(x, torch.Tensor))
+    return out
 
 
 def _mutates(func: Any) -> bool:
