@@ -1,18 +1,23 @@
-"""The allow-list of attribute names on values outside kernels: what is not listed is denied.
+"""The allow-list of attribute names on values: what is not listed is denied.
 
 The op audit only sees torch's dispatcher; ``out.numpy()[:] = x.numpy() + y.numpy()``,
 sums over ``x.tolist()``, ``x.item()`` loops, ``x.apply_(f)`` and storages read from files
 (``x.untyped_storage().from_file(...)``) never dispatch. Python is untyped, so the scan
-cannot tell a tensor from any other value; the sound rule is therefore about every value:
-outside ``@triton.jit`` functions (their decorators and defaults included, since they run
-on the host), an attribute of anything that is not a module or builtin name the scan
-resolves must be on the policy's ``[allowlist] attributes`` list (tensor metadata, views,
-the few methods a launcher uses) or be a name the file defines itself
-(a class field or method, an attribute it assigns: :class:`Pending`). Module-rooted names (``torch.empty``, ``tl.load``) are judged by
-the module allow-list (:mod:`grader.scan.allowlist`) instead.
+cannot tell a tensor from any other value; the sound rule is therefore about every value.
+Outside ``@triton.jit`` bodies (decorators and defaults included: they run on the host),
+an attribute of anything that is not a module or builtin name the scan resolves must be on
+the policy's ``[allowlist] attributes`` (tensor metadata, views, the few methods a launcher
+uses); inside them, on ``kernel_attributes`` (Triton's tensor and dtype API: under
+TRITON_INTERPRET a kernel body is plain Python). A name the file defines itself (a class
+field or method, an attribute it assigns) counts as listed unless tensors, storages or
+frames have it too. A module alias whose name is also bound to a value (a parameter, an
+assignment) counts as a value, since the alias table has no scopes; ``match`` class
+patterns read attributes too and are checked the same way. Module-rooted names
+(``torch.empty``, ``tl.load``) are otherwise the module allow-list's business
+(:mod:`grader.scan.allowlist`).
 
-A finding is ``attribute-not-allowed`` at the attribute's line and column; the id belongs to
-this mechanism, the list is data.
+A finding is ``attribute-not-allowed`` at the attribute's own line and column; the id
+belongs to this mechanism, the lists are data.
 """
 
 from __future__ import annotations
