@@ -63,7 +63,10 @@ def clean_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str
     runner's own 0700 folder.
     """
     env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        # The backend's PATH (the interpreter's scripts, the CUDA toolkit, the system's):
+        # torch's load_inline needs ninja and nvcc from it. Absolute folders only.
+        "PATH": ":".join(d for d in os.environ.get("PATH", "").split(":") if d.startswith("/"))
+                or "/usr/local/bin:/usr/bin:/bin",
         "HOME": "/tmp",
         "TMPDIR": "/tmp",
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),

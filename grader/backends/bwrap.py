@@ -94,6 +94,22 @@ def _python_roots() -> list[str]:
     return kept
 
 
+def tool_path() -> str:
+    """The sandbox's PATH: the interpreter's own scripts folder first (a virtual
+    environment's ``bin/`` holds ninja, which torch's ``load_inline`` requires), then the
+    CUDA toolkit's ``bin/`` (nvcc), then the system's. Every folder here is bound
+    read-only already (the interpreter's prefix, /usr)."""
+    dirs = [str(Path(sys.executable).parent), sysconfig.get_paths().get("scripts", "")]
+    cuda = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    dirs.append(str(Path(cuda) / "bin"))
+    dirs += ["/usr/local/bin", "/usr/bin", "/bin"]
+    out: list[str] = []
+    for d in dirs:
+        if d and d.startswith("/") and d not in out and Path(d).is_dir():
+            out.append(d)
+    return ":".join(out)
+
+
 def _mkdirs(dest: str) -> list[str]:
     """``--perms 0755 --dir`` for each ancestor, so uid 65534 can traverse to a bind."""
     args: list[str] = []
@@ -204,7 +220,7 @@ class BwrapBackend(SandboxBackend):
 
     def _environment(self, spec: SandboxSpec, gpu: GpuSelection,
                      gids: tuple[int, ...]) -> dict[str, str]:
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": SCRATCH_MOUNT, "TMPDIR": SCRATCH_MOUNT,
+        env = {"PATH": tool_path(), "HOME": SCRATCH_MOUNT, "TMPDIR": SCRATCH_MOUNT,
                "PYTHONPATH": HARNESS_MOUNT, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
                "LANG": "C.UTF-8", **spec.env, DEVICE_GIDS_ENV: ",".join(map(str, gids))}
         if spec.device != "cpu":

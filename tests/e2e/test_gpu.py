@@ -91,3 +91,22 @@ def test_a_candidate_cannot_read_the_current_bests_outputs_in_paired_timing() ->
     assert not [e for e in r.errors if e.stage != "accept" or e.origin != "candidate"], r.errors
     assert not [e for e in r.errors if e.code in ("wrong_values", "output_untouched")], r.errors
     assert r.acceptance is not None and r.acceptance.pairs >= 25
+
+
+def test_an_inline_cuda_kernelbench_submission_builds_and_passes_on_cuda(tmp_path: Path) -> None:
+    """load_inline needs ninja (beside the interpreter in a virtual environment) and nvcc on
+    the sandbox's PATH, and a build folder of the runner's own (its private HOME). On an
+    H200 at 7e1e5b4 every such submission failed 'Ninja is required to load C++ extensions'."""
+    import subprocess
+    import sys
+
+    problem = ROOT / "examples/field/kernelbench/problems/1_ReLU.py"
+    p = subprocess.run([sys.executable, "-m", "grader.cli", "task", "import", "kernelbench", str(problem),
+                        "--out", str(tmp_path), "--backend", "bwrap", "--device", "cuda"],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    (task,) = list(tmp_path.iterdir())
+    r = evaluate(EvalRequest.from_paths(task_dir=task,
+                                        candidate=ROOT / "tests/e2e/gpu_candidates/relu_inline_cuda.py",
+                                        backend="bwrap", device="cuda", policy="cuda-inline"))
+    assert r.ok, r.errors
