@@ -21,7 +21,7 @@ from sandbox.escape import claim_problem
 from sandbox.failure import StageFailure, infrastructure
 from sandbox.isolation import check_beside, check_threads
 from sandbox.outputs import collect_outputs, verify_outputs
-from sandbox.problem import make_problem
+from sandbox.problem_host import make_problem
 from sandbox.proc import RunnerFailure
 from sandbox.sides import Side, open_sides
 from sandbox.tensors import Guards, Slot, compare, poison, total_bytes
@@ -362,6 +362,7 @@ class Evaluation:
     def shutdown(self) -> None:
         for side in list(self.sides):
             self.close_side(side)
+        self.problem.close()
         prestart.close_all()
 
 

@@ -1,4 +1,7 @@
-"""Problems from the field (judge side): KernelBench modules and GPU MODE functions.
+"""Problems from the field, in process: KernelBench modules and GPU MODE functions.
+
+This code executes the problem's source: it runs only in the problem process
+(:mod:`sandbox.problem_serve`), an untrusted principal, never in the judge.
 
 Both formats make their inputs with the trusted reference's own generator and take the
 candidate's outputs as return values. The judge calls the generator once per shape at
@@ -20,7 +23,7 @@ from typing import Any, TypeVar
 import torch
 
 from sandbox.failure import infrastructure
-from sandbox.problem import Problem
+from sandbox.problem import DpsProblem, Problem
 from sandbox.pytree import Template, UnsupportedValue, flatten, rebuild, returned_tensors
 from sandbox.returned import install_modules
 from sandbox.tensors import DTYPES, Slot, layout
@@ -41,7 +44,7 @@ class _Layout:
 
 
 def _guard(what: str, fn: Callable[[], T]) -> T:
-    """Run trusted problem code; its failure is the task's (an infrastructure fault)."""
+    """Run problem code; its failure is the task's (an infrastructure fault)."""
     try:
         return fn()
     except UnsupportedValue as e:
@@ -300,6 +303,14 @@ def _rejection(verdict: Any) -> str | None:
     else:
         ok, msg = verdict is None or bool(verdict), ""
     return None if ok else (msg[:1500] or "check_implementation rejected the output")
+
+
+def local_problem(task: TaskWire, reference: str, dev: str, init_seed: int) -> Problem:
+    """The task's problem in this process: its code runs here. Only the problem process
+    (:mod:`sandbox.problem_serve`) calls it; the judge's is :mod:`sandbox.problem_host`'s."""
+    if task.contract == "dps":
+        return DpsProblem(task, reference, dev)
+    return make_field_problem(task, reference, dev, init_seed)
 
 
 def make_field_problem(task: TaskWire, reference: str, dev: str, init_seed: int) -> Problem:

@@ -63,11 +63,15 @@ def check_beside(ev: Evaluation, stage: ErrorStage) -> None:
 
     try:
         waiting = prestart.pending()
+        problem = ev.problem.harness_processes()  # the task's problem process: the harness's
         extra = identity.extra_runner_processes(
-            {**waiting, **{s.runner.proc.pid: s.runner.uid for s in ev.sides}},
+            {**waiting, **problem, **{s.runner.proc.pid: s.runner.uid for s in ev.sides}},
             harness_uids=frozenset(waiting.values()))
     except identity.IsolationUnavailable as e:
         raise infrastructure(identity.ISOLATION_CODE, str(e)) from None
+    if extra and set(problem.values()) & {e.uid for e in extra}:
+        raise infrastructure("reference_failed", "the task's problem code left processes "
+                             "running beside the timed call: " + identity.describe(extra))
     if extra:
         current = {e.owner for e in extra} == {ev.req.current}
         raise StageFailure(stage, ("current_" if current else "") + "runner_spawned_process",
@@ -76,6 +80,7 @@ def check_beside(ev: Evaluation, stage: ErrorStage) -> None:
     if ev.dev == "cuda":
         if ev.nvml_handle is None:
             ev.nvml_handle = ev.nvml()[0]
-        foreign = nvml.foreign_compute_processes(ev.nvml_handle, 1 + len(ev.sides))
+        foreign = nvml.foreign_compute_processes(ev.nvml_handle,
+                                                 1 + len(ev.sides) + len(problem))
         if foreign is not None:
             raise StageFailure(stage, "foreign_gpu_process", foreign)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sandbox.failure import StageFailure
+from sandbox.problem_host import CheckerFailed
 from sandbox.proc import RunnerFailure
 from sandbox.sides import Side
 from sandbox.tensors import Slot
@@ -61,9 +62,16 @@ def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, sta
 
 def verify_outputs(ev: Evaluation, slots: list[Slot], inputs: dict[str, torch.Tensor],
                    views: dict[str, torch.Tensor], stage: ErrorStage, where: dict[str, Any]) -> None:
-    """The problem's own checker (GPU MODE's ``check_implementation``), after kgrader's."""
+    """The problem's own checker (GPU MODE's ``check_implementation``), after kgrader's.
+
+    It runs in the problem process on these outputs: when it fails on them (raises,
+    crashes, hangs) the outputs provoked it, and the side that made them fails."""
     outputs = {s.name: views[s.name] for s in slots if s.role == "output"}
-    why = ev.problem.verify(slots, inputs, outputs)
+    try:
+        why = ev.problem.verify(slots, inputs, outputs)
+    except CheckerFailed as e:
+        raise StageFailure(stage, "check_failed", f"{e} (dims {where.get('dims')})",
+                           detail=dict(where)) from None
     if why is not None:
         raise StageFailure(stage, "wrong_values",
                            f"the problem's check_implementation rejected the outputs for dims "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from sandbox import problem_handle
 from sandbox.proc import RunnerFailure, RunnerHandle
 from sandbox.wire import JudgeRequest
 
@@ -53,6 +54,8 @@ def _spawn(path: str) -> None:
 def start(req: JudgeRequest) -> None:
     """Start the runners of a plain evaluation; a failure here only means no head start."""
     global _device, _entry
+    if req.task is not None and req.mode != "measure_peak":  # the task's problem process
+        problem_handle.start_ahead("cuda" if req.device == "cuda" else "cpu")
     if req.mode != "evaluate" or req.task is None or req.sanitize is not None:
         return
     _device, _entry = ("cuda" if req.device == "cuda" else "cpu"), req.task.entrypoint
@@ -73,11 +76,13 @@ def take(path: str) -> RunnerHandle | None:
 
 
 def pending() -> dict[int, int]:
-    """pid -> uid of runners started but not yet taken (expected processes, not extra)."""
-    return {h.proc.pid: h.uid for hs in _ready.values() for h in hs}
+    """pid -> uid of runners (and a problem process) started but not yet taken (expected
+    processes, not extra)."""
+    return {**problem_handle.pending(), **{h.proc.pid: h.uid for hs in _ready.values() for h in hs}}
 
 
 def close_all() -> None:
+    problem_handle.close_ahead()
     for path in list(_ready):
         for h in _ready.pop(path):
             h.close()

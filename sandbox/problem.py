@@ -1,15 +1,18 @@
-"""The trusted reference behind a task, as the judge uses it (judge side).
+"""The reference behind a task: one interface, as the judge's stages use it.
 
 One interface for every contract (:data:`sandbox.wire.Contract`): where the tensors of a
-shape live (``layout``), fresh inputs from a seed, the reference's outputs, and what the
-runner must be told. :class:`DpsProblem` is kgrader's own destination-passing task; the
-field formats (KernelBench modules, GPU MODE functions) are in :mod:`sandbox.field`.
+shape live (``layout``), fresh inputs from a seed, the reference's outputs, the problem's
+own checker, and what the runner must be told. The judge's implementation is
+:class:`sandbox.problem_host.RemoteProblem`: problem code runs in a process of its own,
+as an untrusted principal (:mod:`sandbox.problem_handle`). The in-process
+implementations, which that process runs, are :class:`DpsProblem` here (kgrader's own
+destination-passing task) and the field formats (KernelBench modules, GPU MODE
+functions) in :mod:`sandbox.field`; :func:`sandbox.field.local_problem` picks one.
 """
 
 from __future__ import annotations
 
 import abc
-import random
 from typing import Any
 
 import torch
@@ -59,6 +62,14 @@ class Problem(abc.ABC):
         """Fields added to every runner's setup message."""
         return {}
 
+    def harness_processes(self) -> dict[int, int]:
+        """pid -> uid of the processes serving this problem (the harness's, not a side's)."""
+        return {}
+
+    def close(self) -> None:
+        """Stop what serves this problem (its process)."""
+        return None
+
 
 class DpsProblem(Problem):
     """``launch(*inputs, *outputs)`` on tensors the task declares, inputs from its init specs."""
@@ -66,7 +77,7 @@ class DpsProblem(Problem):
     def __init__(self, task: TaskWire, reference: str, dev: str):
         super().__init__(task, dev)
         ns: dict[str, Any] = {"__name__": "kgrader_reference"}
-        exec(compile(reference, "reference.py", "exec"), ns)  # trusted task code
+        exec(compile(reference, "reference.py", "exec"), ns)  # in the problem process only
         self.ref = ns[task.entrypoint]
         self.specs = {t.name: t for t in task.tensors}
 
@@ -99,12 +110,3 @@ class DpsProblem(Problem):
 
 def _widen(t: torch.Tensor, float64: bool) -> torch.Tensor:
     return t.to(torch.float64) if float64 and t.dtype.is_floating_point else t
-
-
-def make_problem(task: TaskWire, reference: str, dev: str, rng: random.Random) -> Problem:
-    """The task's problem; ``rng`` (the secret phase stream) seeds what the judge draws."""
-    if task.contract == "dps":
-        return DpsProblem(task, reference, dev)
-    from sandbox.field import make_field_problem
-
-    return make_field_problem(task, reference, dev, rng.getrandbits(31))

@@ -5,8 +5,9 @@ problem's generator runs here), draws inputs, and runs the trusted reference twi
 inputs drawn twice from one seed (the reference and its generator must be deterministic),
 then once more in float64: the task's tolerances must hold between the reference in its
 own dtypes and that float64 evaluation, or honest kernels fail at random. The host
-decides from these figures (``grader.tasks.check``); the reference is trusted code, but it
-still runs here, in the sandbox: the host never imports torch.
+decides from these figures (``grader.tasks.check``). The problem's code runs in the
+sandbox, in its own process (:mod:`sandbox.problem_host`): the host never imports torch,
+and the judge never executes it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import torch
 
 from sandbox.device import device_environment
 from sandbox.failure import StageFailure
-from sandbox.problem import Problem, make_problem
+from sandbox.problem import Problem
+from sandbox.problem_host import make_problem
 from sandbox.tensors import compare, total_bytes
 from sandbox.wire import WIRE_VERSION, ErrorWire, JudgeRequest, Record
 
@@ -38,8 +40,11 @@ def run_check(req: JudgeRequest) -> Record:
         return Record(wire_version=WIRE_VERSION, stage="sandbox", errors=(_error(e),),
                       warnings=(), device=req.device, environment=env)
     shapes = [("tune", d) for d in task.tune] + [("hidden", d) for d in task.hidden]
-    results = [_check_shape(problem, kind, dims, rng.getrandbits(62), task.correctness)
-               for kind, dims in shapes]
+    try:
+        results = [_check_shape(problem, kind, dims, rng.getrandbits(62), task.correctness)
+                   for kind, dims in shapes]
+    finally:
+        problem.close()
     return Record(wire_version=WIRE_VERSION, stage=None, errors=(), warnings=(), device=req.device,
                   environment=env, check={"shapes": results})
 

@@ -1,7 +1,7 @@
 """The judge's field problems and the runner's returned-output contract, in process.
 
 These exercise sandbox/field.py, sandbox/pytree.py and sandbox/returned.py directly on
-the CPU (no sandbox): the end-to-end grading is in tests/e2e/test_field_tasks.py.
+the CPU (no sandbox; the in-process problems are what the problem process runs): the end-to-end grading is in tests/e2e/test_field_tasks.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from torch.overrides import TorchFunctionMode
 
 from grader.tasks import gpumode, kernelbench
 from sandbox.failure import StageFailure
-from sandbox.problem import DpsProblem, make_problem
+from sandbox.field import local_problem
+from sandbox.problem import DpsProblem
 from sandbox.pytree import UnsupportedValue, flatten, rebuild
 from sandbox.returned import Returned
 from sandbox.tensors import layout, total_bytes, view
@@ -50,7 +51,7 @@ def test_argument_structures_cross_as_json_templates_with_tensor_holes() -> None
 
 def test_a_kernelbench_problem_lays_out_generator_tensors_and_matches_its_model() -> None:
     task, ref = kb_task("5_Linear_GELU.py")
-    problem = make_problem(task, ref, "cpu", random.Random(3))
+    problem = local_problem(task, ref, "cpu", random.Random(3).getrandbits(31))
     slots = problem.layout(task.tune[0])
     assert [(s.name, s.role, s.shape) for s in slots] == [("in0", "input", (32, 256)),
                                                           ("out0", "output", (32, 128))]
@@ -69,7 +70,7 @@ def test_a_kernelbench_problem_lays_out_generator_tensors_and_matches_its_model(
 
 def test_init_inputs_that_depend_on_a_varied_constant_are_the_tasks_fault() -> None:
     task, ref = kb_task("4_LayerNorm.py")
-    problem = make_problem(task, ref, "cpu", random.Random(1))
+    problem = local_problem(task, ref, "cpu", random.Random(1).getrandbits(31))
     with pytest.raises(StageFailure) as e:
         problem.layout({"batch_size": 64, "hidden": 1000})
     assert e.value.error.origin == "infrastructure" and "get_init_inputs depends" in e.value.error.message
@@ -77,7 +78,7 @@ def test_init_inputs_that_depend_on_a_varied_constant_are_the_tasks_fault() -> N
 
 def test_a_gpumode_problem_exempts_output_buffers_and_runs_its_checker() -> None:
     task, ref = gm_task("linear")
-    problem = make_problem(task, ref, "cpu", random.Random(2))
+    problem = local_problem(task, ref, "cpu", random.Random(2).getrandbits(31))
     slots = problem.layout(task.tune[0])
     assert [s.name for s in slots] == ["in0", "in1", "in2", "in3", "out0"]
     assert problem.scratch == {"in3"}
@@ -92,8 +93,8 @@ def test_a_gpumode_problem_exempts_output_buffers_and_runs_its_checker() -> None
 def test_a_reference_file_without_its_names_is_the_tasks_fault() -> None:
     task, _ = gm_task("vectorsum")
     with pytest.raises(StageFailure, match="defines no callable 'check_implementation'") as e:
-        make_problem(task, "def ref_kernel(d):\n    return d\ndef generate_input(size, seed):\n"
-                     "    return None\n", "cpu", random.Random(0))
+        local_problem(task, "def ref_kernel(d):\n    return d\ndef generate_input(size, seed):\n"
+                     "    return None\n", "cpu", random.Random(0).getrandbits(31))
     assert e.value.error.origin == "infrastructure"
 
 
@@ -103,7 +104,7 @@ def test_a_generator_whose_structure_changes_with_the_seed_is_refused() -> None:
            "def generate_input(size, seed):\n"
            "    return (torch.ones(size), seed % 2)\n"
            "def check_implementation(data, output):\n    return True, ''\n")
-    problem = make_problem(task, ref, "cpu", random.Random(4))
+    problem = local_problem(task, ref, "cpu", random.Random(4).getrandbits(31))
     slots = problem.layout(task.tune[0])
     with pytest.raises(StageFailure, match="another structure"):
         for seed in range(4):
@@ -171,3 +172,30 @@ def test_collect_refuses_while_a_torch_mode_is_left_active() -> None:
     finally:
         mode.__exit__(None, None, None)
     assert reply is not None and reply["error"]["code"] == "mode_left_active"
+
+
+# ---- the judge's side of the problem process: what it believes of the layout -----------
+def test_the_judge_refuses_a_layout_the_problem_process_should_not_have_sent() -> None:
+    from sandbox.problem_host import _tensor_wires
+
+    good = [{"name": "in0", "role": "input", "dtype": "float32", "shape": [4, 8]},
+            {"name": "out0", "role": "output", "dtype": "float16", "shape": [4]}]
+    wires = _tensor_wires(good)
+    assert [(w.name, w.role, w.dtype, w.shape) for w in wires] == [
+        ("in0", "input", "float32", (4, 8)), ("out0", "output", "float16", (4,))]
+    bad = [
+        ("not a list", "tensors"),
+        ([], "tensors"),
+        ([{**good[0], "name": "../x"}, good[1]], "tensor name"),
+        ([{**good[0], "dtype": "complex64"}, good[1]], "dtype"),
+        ([{**good[0], "role": "scratch"}, good[1]], "role"),
+        ([{**good[0], "shape": [4, -1]}, good[1]], "shape"),
+        ([{**good[0], "shape": [4, True]}, good[1]], "shape"),
+        ([{**good[0], "shape": [1 << 20, 1 << 20]}, good[1]], "elements"),
+        ([good[0], {**good[1], "name": "in0"}], "two tensors of one name"),
+        ([good[0]], "no output"),
+    ]
+    for raw, why in bad:
+        with pytest.raises(StageFailure, match=why) as e:
+            _tensor_wires(raw)
+        assert (e.value.error.code, e.value.error.origin) == ("reference_failed", "infrastructure")

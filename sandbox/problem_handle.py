@@ -1,0 +1,181 @@
+"""The judge's handle on the problem process: spawn it as a principal of its own, talk, kill.
+
+A task's problem code (its reference, input generator and checker: KernelBench and GPU
+MODE files imported from outside, or kgrader's own ``reference.py``) runs in one process
+of its own, started like a runner: its own uid and private HOME from the runner range
+(:mod:`sandbox.identity`), no capability, the runner's lockdown and seccomp filter
+(:func:`sandbox.harden.lock_down_runner`) before torch or any problem code is imported,
+and a clean environment. It never holds the record's key, never sees the request, and
+cannot read the judge's memory (the judge is undumpable and of another uid). It answers
+over the framed JSON protocol (:mod:`sandbox.protocol`); tensors cross in a buffer the
+judge allocated and hands over as a file descriptor, as a runner's. Standard library only:
+it can be started ahead, while the judge imports torch (:func:`start_ahead`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from sandbox import harden, identity, protocol
+
+ENTRY = "sandbox.problem_proc"
+OWNER = "<problem>"  # identity's owner label for the problem's uid (not a module path)
+MAX_REPLY = 4 << 20  # a layout's template or a checker's text, never tensor bytes
+
+
+class ProblemDied(Exception):
+    """The problem process did not answer properly: ``code`` says how, ``message`` why."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class ProblemError(Exception):
+    """The problem process answered with an error (its own account: data, cleaned later)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class ProblemHandle:
+    """One problem process under its own uid, driven over two pipes and a unix socket."""
+
+    def __init__(self, device: str):
+        try:
+            self.identity = identity.new_runner_identity(OWNER)
+            identity.prepare_fork()
+        except (identity.IsolationUnavailable, OSError) as e:
+            raise ProblemDied(identity.ISOLATION_CODE, str(e)) from None
+        self.uid = self.identity.uid
+        j2p_r, j2p_w = os.pipe()
+        p2j_r, p2j_w = os.pipe()
+        self.sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cmd = [sys.executable, "-m", ENTRY, "--read-fd", str(j2p_r), "--write-fd", str(p2j_w),
+               "--fd-sock", str(child_sock.fileno()), "--device", device]
+        try:
+            self.proc = subprocess.Popen(
+                cmd, pass_fds=(j2p_r, p2j_w, child_sock.fileno()),
+                env=harden.clean_env(device, self.identity.env()), stdin=subprocess.DEVNULL,
+                start_new_session=True, umask=0o077, user=self.uid, group=self.identity.gid,
+                extra_groups=list(self.identity.groups), cwd=identity.spawn_cwd(self.identity))
+        except OSError as e:
+            for fd in (j2p_r, j2p_w, p2j_r, p2j_w):
+                os.close(fd)
+            child_sock.close()
+            self.sock.close()
+            raise ProblemDied(identity.ISOLATION_CODE,
+                              f"cannot start the problem process as uid {self.uid}: {e}") from None
+        os.close(j2p_r)
+        os.close(p2j_w)
+        child_sock.close()
+        self.wfd, self.rfd = j2p_w, p2j_r
+        self.started = time.monotonic()
+        self.dead = False
+
+    def request(self, msg: dict[str, Any], timeout: float, fds: list[int] | None = None
+                ) -> dict[str, Any]:
+        """Send ``msg`` (and ``fds`` over the socket), return the answer's body.
+
+        Raises :class:`ProblemError` for an error answer, :class:`ProblemDied` when the
+        process is gone, silent past ``timeout`` (then killed) or speaks nonsense."""
+        if self.dead:
+            raise ProblemDied("problem_gone", "the problem process was already stopped")
+        try:
+            protocol.send_json(self.wfd, msg)
+            if fds:
+                socket.send_fds(self.sock, [b"F"], fds)
+            reply = protocol.recv_json(self.rfd, max(0.0, timeout), MAX_REPLY)
+        except protocol.ChannelTimeout:
+            self.kill()
+            raise ProblemDied("timeout", f"no answer to {msg.get('op')!r} within {timeout:.0f} s; "
+                              "the problem process was killed") from None
+        except (protocol.ChannelClosed, OSError):
+            raise ProblemDied("crashed", self._death()) from None
+        except protocol.ProtocolViolation as e:
+            self.kill()
+            raise ProblemDied("protocol_violation", f"invalid message: {e}") from None
+        if reply.get("ok") is True:
+            return reply
+        err = reply.get("error")
+        if not isinstance(err, dict):
+            self.kill()
+            raise ProblemDied("protocol_violation", "an answer with neither ok nor error")
+        return _raise(err)
+
+    def _death(self) -> str:
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = self.proc.wait()
+        self.kill()
+        if rc == harden.LOCKDOWN_EXIT:
+            return f"the problem process (uid {self.uid}) could not be confined"
+        if rc < 0:
+            sig = -rc
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+            return f"the problem process was killed by {name}"
+        return f"the problem process exited with status {rc}"
+
+    def kill(self) -> None:
+        """Kill the process and everything of its uid (the judge has no CAP_KILL)."""
+        self.dead = True
+        identity.kill_all(self.identity)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+    def close(self) -> None:
+        if not self.dead:
+            with contextlib.suppress(protocol.ChannelClosed, OSError):
+                protocol.send_json(self.wfd, {"op": "exit"})
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        self.kill()
+        for fd in (self.wfd, self.rfd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.sock.close()
+
+
+def _raise(err: dict[str, Any]) -> dict[str, Any]:
+    raise ProblemError(str(err.get("code", "reference_failed"))[:64],
+                       str(err.get("message", ""))[:4000])
+
+
+_ahead: list[ProblemHandle] = []
+
+
+def start_ahead(device: str) -> None:
+    """Start the problem process now (it imports torch while the judge does); a failure
+    here only means no head start."""
+    if not _ahead:
+        with contextlib.suppress(ProblemDied, OSError):
+            _ahead.append(ProblemHandle(device))
+
+
+def take(device: str) -> ProblemHandle:
+    """The process started ahead, or a new one."""
+    return _ahead.pop() if _ahead else ProblemHandle(device)
+
+
+def pending() -> dict[int, int]:
+    """pid -> uid of a problem process started ahead and not yet taken."""
+    return {h.proc.pid: h.uid for h in _ahead}
+
+
+def close_ahead() -> None:
+    while _ahead:
+        _ahead.pop().close()

@@ -1,0 +1,100 @@
+"""Problem code is an untrusted principal: imported problems that attack the judge.
+
+Each problem in tests/attacks/problems/ is imported with `kgrader task import kernelbench`
+and graded with a submission that computes nothing (zeros). A problem that could patch
+the judge, read its secrets or read the submission turns that into `ok: true`; problem
+code runs in a process of its own (sandbox/problem_host.py), so every attack must end in
+the submission's own `wrong_values`, never a pass, never an infrastructure error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._backends import backend_or_skip
+
+ROOT = Path(__file__).resolve().parents[2]
+ATTACKS = ROOT / "tests" / "attacks" / "problems"
+NOTHING = ATTACKS / "nothing.py"
+
+
+def kgrader(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+
+
+def import_attack(name: str, out: Path, backend: str) -> Path:
+    p = kgrader("task", "import", "kernelbench", ATTACKS / f"{name}.py", "--out", out,
+                "--policy", "default", "--backend", backend, "--device", "cpu")
+    assert p.returncode == 0, p.stderr
+    folder = out / f"kb_{name}"
+    spec = json.loads((folder / "task.json").read_text())
+    spec["benchmark"] = {"warmup": 1, "samples": 3, "reps": 2}
+    (folder / "task.json").write_text(json.dumps(spec))
+    return folder
+
+
+def grade(task: Path, submission: Path, backend: str) -> tuple[int, dict[str, Any], str]:
+    p = kgrader("run", task, submission, "--backend", backend, "--device", "cpu", "--json")
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, json.loads(p.stdout), p.stdout
+
+
+@pytest.mark.parametrize("attack", ["patch_judge_check", "read_judge_secret",
+                                    "read_candidate_source"])
+@pytest.mark.bwrap
+def test_problem_code_cannot_pass_a_submission_that_computes_nothing(tmp_path: Path,
+                                                                     attack: str) -> None:
+    backend = backend_or_skip("bwrap")
+    rc, r, raw = grade(import_attack(attack, tmp_path, backend), NOTHING, backend)
+    assert rc == 1 and r["ok"] is False, r
+    codes = [(e["stage"], e["code"], e["origin"]) for e in r["errors"]]
+    assert codes[0] == ("correctness", "wrong_values", "candidate"), codes
+    assert "ModelNew" not in raw  # the submission's source did not travel into the report
+
+
+@pytest.mark.docker
+def test_problem_code_cannot_patch_the_judge_under_docker(tmp_path: Path) -> None:
+    backend = backend_or_skip("docker")
+    rc, r, _ = grade(import_attack("patch_judge_check", tmp_path, backend), NOTHING, backend)
+    assert rc == 1 and r["ok"] is False
+    assert next((e["code"], e["origin"]) for e in r["errors"]) == ("wrong_values", "candidate")
+
+
+@pytest.mark.bwrap
+def test_the_honest_reference_behind_the_attacks_still_grades_an_honest_submission(
+        tmp_path: Path) -> None:
+    """The same problem file passes a correct submission: the attack problems are sound
+    tasks whose attacks fail, not broken ones (which would fail every submission)."""
+    backend = backend_or_skip("bwrap")
+    good = tmp_path / "relu.py"
+    good.write_text("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+                    "    def forward(self, x):\n        return torch.relu(x)\n")
+    _, r, _ = grade(import_attack("read_judge_secret", tmp_path, backend), good, backend)
+    # Correctness is what the problem decides; a timing check that fires on a loaded
+    # 2-core machine is not this test's subject.
+    assert r["correctness"]["checks"] > 0, r
+    assert not [e for e in r["errors"] if e["stage"] in ("sandbox", "compile", "correctness")
+                or e["origin"] == "infrastructure"], r["errors"]
+
+
+@pytest.mark.bwrap
+def test_a_crashing_problem_is_the_tasks_fault_not_the_submissions(tmp_path: Path) -> None:
+    backend = backend_or_skip("bwrap")
+    src = (ATTACKS / "patch_judge_check.py").read_text().replace(
+        "        return torch.relu(x)", "        import os\n        os._exit(3)")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "crash.py").write_text(src)
+    p = kgrader("task", "import", "kernelbench", tmp_path / "src" / "crash.py", "--out", tmp_path,
+                "--policy", "default", "--no-verify")
+    assert p.returncode == 0, p.stderr
+    rc, r, _ = grade(tmp_path / "kb_crash", NOTHING, backend)
+    assert rc == 2 and r["ok"] is False
+    e = r["errors"][0]
+    assert (e["code"], e["origin"]) == ("reference_failed", "infrastructure"), e
+    assert "exited with status 3" in e["message"]
