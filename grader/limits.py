@@ -22,8 +22,10 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    compile_s: float = Field(120.0, gt=0, le=3600, description="Import + first launch, seconds.")
-    run_s: float = Field(300.0, gt=0, le=7200, description="Correctness + timing, seconds.")
+    compile_s: float = Field(120.0, gt=0, le=3600, description="Import + first launch, seconds "
+                             "(and again for the runners acceptance opens).")
+    run_s: float = Field(300.0, gt=0, le=7200, description="Each run stage (correctness, timing, "
+                         "acceptance, its replicate), seconds.")
     memory_mib: int = Field(4096, ge=64, description="Host memory (RSS, memory+swap) of the tree.")
     pids: int = Field(256, ge=16, description="Processes and threads in the sandbox.")
     tmpfs_mib: int = Field(
@@ -46,8 +48,11 @@ class Limits(BaseModel):
 
     @property
     def wall_s(self) -> float:
-        """Outer wall limit of the whole sandbox: both phases plus start-up slack."""
-        return self.compile_s + self.run_s + 30.0
+        """Outer wall limit of the whole sandbox, a net for a judge that hangs: the judge
+        bounds each stage itself (compile, then correctness, timing, acceptance and its
+        replicate with ``run_s`` each, the two acceptance pairs opening with ``compile_s``
+        each), plus start-up slack."""
+        return 3 * self.compile_s + 4 * self.run_s + 30.0
 
     @property
     def file_size_bytes(self) -> int:

@@ -108,13 +108,15 @@ def open_pair(ev: Evaluation, cand: Side | None = None) -> tuple[Side, Side]:
             cand = None
         bufs = paired_buffers(ev.nbytes)
     blame = ("current_", "the current best failed to load: ")
+    ev.start_open_clock()  # starting runners now is a compile stage's work: compile_s
     if cand is not None:
         (cur,) = ev.open_sides([(ev.req.current, bufs[1])], "accept", [blame])
-        return cand, cur
-    # Both fresh: their set-up and module loads overlap (a second or more per runner on a
-    # GPU: CUDA context, imports); a failure is the candidate's when both fail.
-    cand, cur = ev.open_sides([(ev.req.candidate, bufs[0]), (ev.req.current, bufs[1])],
-                              "accept", [("", ""), blame])
+    else:
+        # Both fresh: their set-up and module loads overlap (a second or more per runner on
+        # a GPU: CUDA context, imports); a failure is the candidate's when both fail.
+        cand, cur = ev.open_sides([(ev.req.candidate, bufs[0]), (ev.req.current, bufs[1])],
+                                  "accept", [("", ""), blame])
+    ev.start_run_clock()  # the pairs that follow have run_s of their own
     return cand, cur
 
 

@@ -138,6 +138,7 @@ def warm_up(ev: Evaluation, sides: list[Side], slots: list[Slot], stage: ErrorSt
 
 def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
     ev.stage = "benchmark"
+    ev.start_run_clock()
     b, c = ev.task.benchmark, ev.task.correctness
     dims = ev.bench_dims
     slots = ev.slots(dims)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from sandbox import prestart
+from sandbox.clock import overrun
 from sandbox.device import device_environment
 from sandbox.escape import claim_problem
 from sandbox.failure import StageFailure, infrastructure
@@ -23,7 +24,7 @@ from sandbox.isolation import check_beside, check_threads
 from sandbox.outputs import collect_outputs, verify_outputs
 from sandbox.problem_host import make_problem
 from sandbox.proc import RunnerFailure
-from sandbox.sides import Side, open_sides
+from sandbox.sides import MIN_WAIT_S, Side, open_sides
 from sandbox.tensors import Guards, Slot, compare, poison, total_bytes
 from sandbox.wire import (
     WIRE_VERSION,
@@ -35,6 +36,10 @@ from sandbox.wire import (
     Record,
     TaskWire,
 )
+
+# One answer of a runner is never waited for less than MIN_WAIT_S (sandbox.sides) nor less
+# than WAIT_FACTOR times its longest answer so far.
+WAIT_FACTOR = 50.0
 
 
 class Evaluation:
@@ -57,6 +62,8 @@ class Evaluation:
         self.t0 = time.monotonic()
         self.compile_deadline = self.t0 + req.limits.compile_s
         self.run_deadline = self.compile_deadline + req.limits.run_s
+        self.stage_t0 = self.t0
+        self.answer_s = 0.0  # the candidate's answers' round trips in the current stage
         self.compile_s: float | None = None
         self.correctness: dict[str, Any] = {}
         self.timing: Any = None
@@ -101,8 +108,34 @@ class Evaluation:
         return max(0.0, deadline - time.monotonic())
 
     def start_run_clock(self) -> None:
-        """``run_s`` bounds the run stages on their own: unused compile time does not carry."""
-        self.run_deadline = time.monotonic() + self.req.limits.run_s
+        """``run_s`` bounds each run stage on its own (correctness, timing, acceptance, its
+        replicate): a slow first stage leaves the next its whole budget."""
+        self.stage_t0 = time.monotonic()
+        self.run_deadline = self.stage_t0 + self.req.limits.run_s
+        self.answer_s = 0.0
+
+    def start_open_clock(self) -> None:
+        """Runners opened after the compile stage (the acceptance pairs) get ``compile_s``."""
+        self.compile_deadline = time.monotonic() + self.req.limits.compile_s
+
+    def wait_s(self, side: Side, deadline: float) -> float:
+        """How long the judge waits for one answer of ``side``: what the stage has left, but
+        never less than :data:`MIN_WAIT_S` nor :data:`WAIT_FACTOR` times its longest answer
+        so far. A stage that ran out between calls is :meth:`check_clock`'s to judge."""
+        return max(self.left(deadline), MIN_WAIT_S, WAIT_FACTOR * side.longest_s)
+
+    def check_clock(self, stage: ErrorStage, deadline: float) -> None:
+        """Before a call: has ``stage`` used up its budget, and whose time was it
+        (:func:`sandbox.clock.overrun`)?"""
+        failure = overrun(stage, self.t0 if stage == "compile" else self.stage_t0, deadline,
+                          time.monotonic(), self.answer_s)
+        if failure is not None:
+            raise failure
+
+    def answered(self, side: Side, seconds: float) -> None:
+        """One answer of ``side`` took ``seconds`` (the judge's round trip)."""
+        side.longest_s = max(side.longest_s, seconds)
+        self.answer_s += seconds
 
     @staticmethod
     def failure(stage: ErrorStage, e: RunnerFailure, where: dict[str, Any] | None = None) -> StageFailure:
@@ -160,6 +193,7 @@ class Evaluation:
                    where: dict[str, Any], buf: int = 0) -> _Pending:
         """The first half of :meth:`call`: inputs in, outputs poisoned, guards armed, request
         sent; :meth:`_finish_call` takes the answer and checks everything."""
+        self.check_clock(stage, deadline)
         buf = buf if buf < len(side.bases) else 0
         views = side.views(slots, buf)
         for s in slots:
@@ -189,10 +223,11 @@ class Evaluation:
         stage, deadline, expected, where = p.stage, p.deadline, p.expected, p.where
         base = side.bases[buf]
         try:
-            reply = side.runner.receive(self.left(deadline))
+            reply = side.runner.receive(self.wait_s(side, deadline))
         except RunnerFailure as e:
             raise self.failure(stage, e, where) from None
         judge_ms = (time.perf_counter() - p.t0) * 1e3
+        self.answered(side, judge_ms / 1e3)
         check_threads(side, stage, "when its call returned,")  # before any output is read
         if self.problem.returns and expected is not None:
             collect_outputs(self, side, slots, buf, stage, deadline, judge_ms)
@@ -312,7 +347,8 @@ class Evaluation:
         """
         t0 = time.perf_counter()
         try:
-            r = side.runner.request({"op": "call", "noop": True}, self.left(self.run_deadline))
+            r = side.runner.request({"op": "call", "noop": True},
+                                    self.wait_s(side, self.run_deadline))
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
@@ -328,7 +364,8 @@ class Evaluation:
     def noop_threads(self, side: Side, stage: ErrorStage) -> int:
         """The runner's thread count after an empty call (its word: a lower bound check)."""
         try:
-            r = side.runner.request({"op": "call", "noop": True}, self.left(self.run_deadline))
+            r = side.runner.request({"op": "call", "noop": True},
+                                    self.wait_s(side, self.run_deadline))
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
         threads = r.get("threads")

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from sandbox.evaluation import Evaluation
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+# The least the judge waits for one answer of a runner, whatever its stage has left: under
+# load a stage's last runner was given "0.0 s" and an honest kernel failed as a timeout.
+MIN_WAIT_S = 10.0
 
 
 class Side:
@@ -78,6 +81,7 @@ class Side:
         self.flush_bytes = 0
         self.lead_us = 0.0
         self.base_threads = -1
+        self.longest_s = 0.0  # its longest answer to a call so far (Evaluation.wait_s)
         if wait:
             self.await_setup(timeout)
 
@@ -132,7 +136,7 @@ def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage:
     try:
         for path, buffers in wanted:
             side = Side(path, ev.task.entrypoint, ev.dev, ev.nbytes, ev.task.benchmark,
-                        ev.gpu_fraction(), ev.left(ev.compile_deadline),
+                        ev.gpu_fraction(), max(ev.left(ev.compile_deadline), MIN_WAIT_S),
                         audit_ops=ev.task.audit_ops and not ev.trusted(path),
                         buffers=buffers, runner=prestart.take(path),
                         extra=ev.problem.runner_setup(), wait=False)
@@ -141,7 +145,7 @@ def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage:
             at += 1
         at = 0
         for side in sides:
-            side.await_setup(ev.left(ev.compile_deadline))
+            side.await_setup(max(ev.left(ev.compile_deadline), MIN_WAIT_S))
             at += 1
     except RunnerFailure as e:
         if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
@@ -169,7 +173,7 @@ def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage:
             break
     for side, n, (code_prefix, msg_prefix) in zip(sent, numbers, renames, strict=False):
         try:
-            side.runner.receive(ev.left(ev.compile_deadline), "compile_timeout")
+            side.runner.receive(max(ev.left(ev.compile_deadline), MIN_WAIT_S), "compile_timeout")
         except RunnerFailure as e:
             failure = failure or ev.failure(stage, e).renamed(code_prefix, msg_prefix)
             continue
