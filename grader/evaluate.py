@@ -120,7 +120,8 @@ class Staged:
 
 
 def make_eval_dirs(parent: Path | None, prefix: str) -> tuple[Path, Path, Path]:
-    """A private evaluation folder: ``in/`` (world-readable sources) and ``out/`` (0700)."""
+    """A private evaluation folder: ``in/`` (sources, sealed by :func:`seal_inputs`) and
+    ``out/`` (0700)."""
     if parent is not None:
         parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
@@ -130,6 +131,32 @@ def make_eval_dirs(parent: Path | None, prefix: str) -> tuple[Path, Path, Path]:
     in_dir.mkdir(mode=0o755)
     out_dir.mkdir(mode=0o700)
     return root, in_dir, out_dir
+
+
+def seal_inputs(in_dir: Path) -> None:
+    """Make ``in/`` and every source in it the judge's alone: 0400 files in a 0700 folder,
+    owned by the judge's uid. A runner can then open no side's source, not even list them;
+    the judge copies each runner's own module into that runner's private folder
+    (``sandbox.identity.install_module``), and refuses a source others could read. The
+    docker backend binds ``in/`` unchanged, so the uid is the same number inside.
+
+    Raises :class:`InfrastructureError` where the host cannot give the files away (not
+    root, or a file system refusing chown): a world-readable source would let the
+    candidate read the current best's, which on a leaderboard is someone else's kernel.
+    """
+    if os.geteuid() != 0:
+        raise InfrastructureError(
+            "kgrader must run as root to stage sources for the judge's uid "
+            f"{wire.JUDGE_UID} alone: otherwise every runner could read every side's source")
+    try:
+        for p in in_dir.iterdir():
+            os.chown(p, wire.JUDGE_UID, wire.JUDGE_GID, follow_symlinks=False)
+            p.chmod(0o400)
+        os.chown(in_dir, wire.JUDGE_UID, wire.JUDGE_GID, follow_symlinks=False)
+        in_dir.chmod(0o700)
+    except OSError as e:
+        raise InfrastructureError(f"cannot stage the sources in {in_dir} for the judge's uid "
+                                  f"{wire.JUDGE_UID} alone: {e}") from None
 
 
 def write_secret(out_dir: Path, request: wire.JudgeRequest) -> None:
@@ -152,11 +179,14 @@ def limits_wire(limits: Limits) -> wire.LimitsWire:
 def stage_files(req: EvalRequest, device: wire.Device, floor_ms: float | None) -> Staged:
     """Write the sandbox's view: ``in/`` (ro sources) and ``out/`` (secret, then result)."""
     root, in_dir, out_dir = make_eval_dirs(req.work_dir, "kgrader-eval-")
-    (in_dir / wire.CANDIDATE_NAME).write_text(req.candidate.text, encoding="utf-8")
-    if req.current is not None:
-        (in_dir / wire.CURRENT_NAME).write_text(req.current.text, encoding="utf-8")
-    for p in in_dir.iterdir():
-        p.chmod(0o444)
+    try:
+        (in_dir / wire.CANDIDATE_NAME).write_text(req.candidate.text, encoding="utf-8")
+        if req.current is not None:
+            (in_dir / wire.CURRENT_NAME).write_text(req.current.text, encoding="utf-8")
+        seal_inputs(in_dir)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     key = secrets.token_bytes(32)
     write_secret(out_dir, wire.JudgeRequest(
         wire_version=wire.WIRE_VERSION, key=key.hex(), mode="evaluate", device=device,
@@ -287,16 +317,20 @@ def run_judge_mode(request: wire.JudgeRequest, files: dict[str, str], *, backend
                    limits: Limits | None = None, gpu_ids: tuple[str, ...] = ()) -> wire.Record:
     """Run the judge in a special mode (``measure_peak``, ``calibrate``) and verify its record.
 
-    ``request`` carries no key yet (a fresh one is made here); ``files`` land read-only in
-    ``/kg/in``. Raises :class:`InfrastructureError` when the sandbox produces no verified
-    record.
+    ``request`` carries no key yet (a fresh one is made here); ``files`` land in ``/kg/in``,
+    the judge's alone (:func:`seal_inputs`). Raises :class:`InfrastructureError` when the
+    sandbox produces no verified record.
     """
     lim = limits or Limits(compile_s=60, run_s=600, memory_mib=8192)
     be = select_backend(backend, request.device)
     root, in_dir, out_dir = make_eval_dirs(None, "kgrader-mode-")
-    for name, src in files.items():
-        (in_dir / name).write_text(src, encoding="utf-8")
-        (in_dir / name).chmod(0o444)
+    try:
+        for name, src in files.items():
+            (in_dir / name).write_text(src, encoding="utf-8")
+        seal_inputs(in_dir)
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     key = secrets.token_bytes(32)
     write_secret(out_dir, wire.JudgeRequest(**{**request.__dict__, "key": key.hex(),
                                                "limits": limits_wire(lim)}))

@@ -5,7 +5,9 @@ every runner -- candidate, current best, replicate -- under its own uid and gid 
 65500..65531, never reused within one sandbox. Two runners of one uid would be one attacker
 (signals, ptrace, ``/proc/PID`` reads); with distinct uids the kernel refuses all of that,
 hidepid hides the other's processes, and each runner's HOME/TMPDIR/caches are 0700 folders
-of its own. Without CAP_SETUID the judge cannot do this, and it refuses to start any runner
+of its own. Sources are staged for the judge alone; each runner imports a private copy of
+its own module from its HOME (:func:`install_module`), so no runner can open another
+side's source. Without CAP_SETUID the judge cannot do this, and it refuses to start any runner
 (``runner_isolation_unavailable``, an infrastructure error): even a single runner shares the
 judge's uid then, and could read or signal the judge. Stdlib only.
 """
@@ -50,7 +52,11 @@ class RunnerIdentity:
         h = self.home
         return {"HOME": h, "TMPDIR": f"{h}/tmp", "TRITON_CACHE_DIR": f"{h}/triton",
                 "TORCHINDUCTOR_CACHE_DIR": f"{h}/inductor", "XDG_CACHE_HOME": f"{h}/cache",
-                "USER": f"kgrader-runner-{self.uid}", "LOGNAME": f"kgrader-runner-{self.uid}"}
+                "USER": f"kgrader-runner-{self.uid}", "LOGNAME": f"kgrader-runner-{self.uid}",
+                # No working folder on sys.path: the runner starts in the shared /tmp, where
+                # another runner could plant a module (``triton/``, ``sandbox/``) that this
+                # runner would import before its own harness and run as its uid.
+                "PYTHONSAFEPATH": "1"}
 
 
 _unused = iter(RUNNER_IDS)
@@ -110,6 +116,62 @@ def _private_dir(uid: int, gid: int) -> str:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or stat.S_IMODE(st.st_mode) != 0o700:
         raise IsolationUnavailable(f"{home} is not a 0700 folder owned by uid {uid}")
     return home
+
+
+MODULE_DIR = "src"  # under the runner's HOME: the private copy of the module it hosts
+
+
+def _read_staged(path: str) -> bytes:
+    """A module's bytes as the host staged them: a plain file of the judge's own uid that
+    no other uid may read (``grader.evaluate`` stages every source 0400 under the judge's
+    uid), or IsolationUnavailable -- a source any runner could open would let one side
+    read another's kernel (the current best is someone else's on a leaderboard)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise IsolationUnavailable(f"cannot open the module {path}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise IsolationUnavailable(f"the module {path} is not a plain file")
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise IsolationUnavailable(
+                f"the module {path} (uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):#o}) is "
+                f"readable beyond the judge's uid {os.geteuid()}: the host must stage every "
+                "source 0400 under the judge's uid, or one runner could read another's source")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def install_module(ident: RunnerIdentity, path: str) -> str:
+    """Copy the module ``path`` into the runner's private folder; the copy's path.
+
+    The runner imports this copy (same bytes, so line numbers hold) and can open no other
+    side's file: the staged sources are the judge's alone (:func:`_read_staged`), and the
+    copy lies in a 0700 folder of the runner's uid, written under that uid's file system
+    identity (the judge cannot enter the folder otherwise, and gains no other access)."""
+    data = _read_staged(path)
+    folder = os.path.join(ident.home, MODULE_DIR)
+    copy = os.path.join(folder, os.path.basename(path))
+    try:
+        with _as_fs_identity(ident.uid, ident.gid):
+            os.mkdir(folder, 0o700)
+            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o400)
+            try:
+                os.fchmod(fd, 0o400)  # whatever the judge's umask
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+    except OSError as e:
+        raise IsolationUnavailable(f"cannot copy {path} into the runner's folder: {e}") from None
+    return copy
 
 
 def runner_ids_left() -> int:
@@ -285,7 +347,8 @@ def verify_runner() -> None:
     """In the runner, before anything untrusted: the identity the judge meant to give it.
 
     Raises IsolationUnavailable when the runner shares an identity with the judge, holds any
-    capability, lacks no_new_privs, or its HOME is not its own 0700 folder.
+    capability, lacks no_new_privs, has its working folder on ``sys.path``, or its HOME is
+    not its own 0700 folder.
     """
     st = caps.status("/proc/self/status")
     uids, gids = caps.status_ids(st, "Uid"), caps.status_ids(st, "Gid")
@@ -299,6 +362,9 @@ def verify_runner() -> None:
             raise IsolationUnavailable(f"runner holds capabilities: {key}={st.get(key)}")
     if st.get("NoNewPrivs") != "1":
         raise IsolationUnavailable("runner lacks no_new_privs")
+    if not sys.flags.safe_path:
+        raise IsolationUnavailable("the runner's working folder is on sys.path (PYTHONSAFEPATH "
+                                   "unset): a module planted in /tmp would be imported")
     home = os.environ.get("HOME", "")
     try:
         hs = os.lstat(home)
@@ -316,6 +382,7 @@ __all__ = [
     "check_runner_processes",
     "describe",
     "extra_runner_processes",
+    "install_module",
     "kill_all",
     "launch_enforcement",
     "launch_status",

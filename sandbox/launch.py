@@ -37,7 +37,10 @@ never starts half-confined:
 5. ``verify`` -- read the kernel's own view (``/proc/self/status``): uids, gids, groups,
    the four capability sets and ``NoNewPrivs``. Any difference stops the launch.
 6. ``exec`` -- ``sys.executable -m sandbox.judge``, with the launch record in the
-   environment variable ``KGRADER_LAUNCH`` (JSON). ``--then MODULE`` (from this process's own
+   environment variable ``KGRADER_LAUNCH`` (JSON) and ``PYTHONSAFEPATH=1``: the judge's
+   working folder is the shared ``/tmp``, where a runner could plant a module the judge
+   would import later (a lazy import after the candidate ran) with the record's key in
+   reach; with safe paths only ``PYTHONPATH`` and the installation are searched. ``--then MODULE`` (from this process's own
    argv only, never from the environment) names another module; tests use it for probes.
 
 What is left to the judge: it holds CAP_SETUID/CAP_SETGID for the whole run (so a bug in the
@@ -59,6 +62,7 @@ from sandbox import caps
 JUDGE_UID = JUDGE_GID = 65534
 STATUS_ENV = "KGRADER_LAUNCH"
 DEVICE_GIDS_ENV = "KGRADER_DEVICE_GIDS"
+SAFE_PATH_ENV = "PYTHONSAFEPATH"  # no working folder on sys.path (Python 3.11)
 EXIT_LAUNCH_FAILED = 71
 KEEP = caps.mask(caps.CAP_SETUID, caps.CAP_SETGID)
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 0x2, 0x4, 0x8, 0x20
@@ -205,6 +209,7 @@ def main(argv: list[str]) -> NoReturn:
               "judge_caps": "CAP_SETUID,CAP_SETGID (effective, permitted, inheritable, ambient)"}
     env = dict(os.environ)
     env[STATUS_ENV] = json.dumps(record, sort_keys=True)
+    env[SAFE_PATH_ENV] = "1"
     sys.stdout.flush()
     try:
         os.execve(sys.executable, [sys.executable, "-m", module], env)
