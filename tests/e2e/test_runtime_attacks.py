@@ -48,6 +48,8 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     # judge_died only through a harness bug)
     "kill_judge.py": ({"compile", "integrity"}, {"exception", "judge_died"}),
     "sigstop_other_runner.py": ({"benchmark"}, {"runner_spawned_process"}),
+    # reads nothing of another side: raises its account of refusals in the benchmark
+    "read_other_side_source.py": ({"benchmark"}, {"exception"}),
     "ptrace_judge.py": ({"compile"}, {"import"}),
     "tf32_flip.py": ({"compile"}, {"precision_flags_changed"}),
     "infinite_loop_launch.py": ({"correctness"}, {"timeout"}),
