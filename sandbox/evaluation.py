@@ -26,6 +26,7 @@ from sandbox.problem_host import make_problem
 from sandbox.proc import RunnerFailure
 from sandbox.sides import MIN_WAIT_S, Side, open_sides
 from sandbox.tensors import Guards, Slot, compare, poison, total_bytes
+from sandbox.text import clean
 from sandbox.wire import (
     WIRE_VERSION,
     CorrectnessRecord,
@@ -264,7 +265,7 @@ class Evaluation:
                 raise StageFailure(stage, "input_mutated",
                                    f"input {s.name!r} was modified by the candidate", detail=where)
         if expected is not None:
-            self.check(views, expected, stage, where)
+            self.check(views, expected, stage, where, decoys=side.audit_ops and not self.problem.returns)
             verify_outputs(self, slots, inputs, views, stage, where)
         ms, wall, tail = _num(reply.get("ms")), _num(reply.get("wall_ms")), _num(reply.get("tail_ms", 0.0))
         why = claim_problem(ms, wall, judge_ms, self.dev)
@@ -276,7 +277,8 @@ class Evaluation:
                 "threads": int(reply.get("threads", -1)), "host_ms": _host_ms(reply)}
 
     def check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
-              stage: ErrorStage, where: dict[str, Any]) -> None:
+              stage: ErrorStage, where: dict[str, Any], decoys: bool = False) -> None:
+        """``decoys``: the launcher was handed decoys (sandbox.twin): the message says so."""
         c = self.task.correctness
         for name, exp in expected.items():
             cmp = compare(views[name], exp, c.atol, c.rtol, c.max_mismatch_fraction)
@@ -289,6 +291,10 @@ class Evaluation:
                        f"for dims {where.get('dims')}: expected {fb.get('expected')}, got "
                        f"{fb.get('actual') if not untouched else 'NaN/poison'}; "
                        f"{cmp.mismatch_fraction:.2%} of elements mismatch")
+                if decoys:
+                    msg += ("; in this kernel-only task the launcher's own code is handed decoy "
+                            "tensors: only the Triton kernels it launches see the real inputs and "
+                            "outputs")
                 bad = {"tensor": name, "index": fb.get("index", []), "expected": fb.get("expected"),
                        "actual": fb.get("actual"), "dims": where.get("dims", {}),
                        "seed": where.get("seed"), "shape_kind": where.get("shape_kind"),
@@ -388,7 +394,7 @@ class Evaluation:
 
     def record(self) -> Record:
         return Record(wire_version=WIRE_VERSION, stage=self.stage, errors=tuple(self.errors),
-                      warnings=tuple(self.warnings), device=self.device,
+                      warnings=tuple(clean(w) for w in self.warnings), device=self.device,
                       environment=device_environment(self.device), compile_s=self.compile_s,
                       correctness=self.correctness_record(), timing=self.timing,
                       acceptance=self.acceptance, calibration=self.calibration,
