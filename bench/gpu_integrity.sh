@@ -14,17 +14,11 @@ set -u
 source bench/gpu_env.sh || exit 1
 export PATH="$PWD/.gpu/bin:$(dirname "$(command -v python3)"):$PATH"
 R=/tmp/kg-integrity; rm -rf "$R"; mkdir -p "$R/att" "$R/ret" "$R/honest"; OUT="${OUT:-/tmp/kg-out}"
-{ date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv
+{ date -u; cat COMMIT 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv
   python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; nproc; } > "$R/env.txt" 2>&1
 S="$R/summary.txt"
-verdict() {  # file -> "ok stage/code" from a JSON report
-  python3 -c 'import json,sys
-try:
-    r = json.load(open(sys.argv[1])); e = (r.get("errors") or [{}])[0]
-    t = (r.get("timing") or {}).get("median")
-    print(r.get("ok"), f"{e.get(\"stage\")}/{e.get(\"code\")}", "median_ms=%s" % t, (e.get("message") or "")[:160])
-except Exception as x:
-    print("unreadable", repr(x)[:120])' "$1"
+verdict() {  # file -> "ok stage/code median message" from a JSON report
+  python3 bench/report_line.py "$1"
 }
 
 timeout 240 python3 tests/unit/_twin_legit_check.py --cuda tests/legit/*.py > "$R/twin_legit.jsonl" 2> "$R/twin_legit.err"
