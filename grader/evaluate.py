@@ -27,6 +27,7 @@ from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
 from grader.backends.cleanup import mark_kept, mark_owner
 from grader.backends.gate import MeasureGate, Turn, make_fifo
 from grader.backends.select import detect_device, select_backend
+from grader.backends.stop import ensure_running
 from grader.diagnostics.locate import sanitize_request
 from grader.errors import InfrastructureError, UsageError
 from grader.limits import Limits
@@ -121,12 +122,14 @@ class Staged:
 
 def make_eval_dirs(parent: Path | None, prefix: str) -> tuple[Path, Path, Path]:
     """A private evaluation folder: ``in/`` (sources, sealed by :func:`seal_inputs`) and
-    ``out/`` (0700)."""
+    ``out/`` (0700). The root keeps ``mkdtemp``'s 0700 for its whole life: the backends
+    bind ``in/`` and ``out/`` themselves, so no sandbox uid resolves a path through it, and
+    what a SIGKILL leaves is its owner's alone."""
+    ensure_running()  # a process told to stop starts no new sandbox (grader.backends.stop)
     if parent is not None:
         parent.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    mark_owner(root)  # lets `kgrader sandbox cleanup` reclaim it if this process is killed
-    root.chmod(0o755)
+    mark_owner(root)  # lets the next kgrader process reclaim it if this one is killed
     in_dir, out_dir = root / "in", root / "out"
     in_dir.mkdir(mode=0o755)
     out_dir.mkdir(mode=0o700)

@@ -67,7 +67,7 @@ from grader.durable import (
     fsync_dir,
     write_fsynced,
 )
-from grader.errors import TaskError
+from grader.errors import TaskError, UsageError
 from grader.report.model import Report
 
 __all__ = [
@@ -204,7 +204,11 @@ class Records:
 
     def __init__(self, root: str | Path, *, lock_timeout_s: float = 60.0) -> None:
         self.root = Path(root)
-        (self.root / EVALS).mkdir(parents=True, exist_ok=True)
+        try:
+            (self.root / EVALS).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"records folder {self.root} cannot be used: {e}",
+                             code="bad_output_path") from None
         self._lock = filelock.FileLock(str(self.root / LOCK), timeout=lock_timeout_s)
         self.recover()
 

@@ -11,12 +11,15 @@ made it, as ``host:pid:start-time`` (a pid alone is reused; with its start time 
 
 A host process killed with ``SIGKILL`` runs no ``finally``: its folders (one may still
 hold the judge's secret file), containers and cgroups stay. :func:`reclaim_orphans`
-removes those whose owner no longer runs on this host and leaves the rest alone; the
-leaderboard calls it when a run starts, ``kgrader sandbox cleanup`` on demand.
+removes those whose owner no longer runs on this host and leaves the rest alone
+(``kgrader sandbox cleanup``); :func:`sweep_orphans` is its cheap, stricter form that
+every grading command runs when it starts. An interrupted process removes its own
+(:mod:`grader.backends.stop`).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -24,6 +27,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,8 +40,10 @@ log = structlog.get_logger("kgrader.cleanup")
 OWNER_FILE = ".kgrader-owner"
 FOLDER_PREFIXES = ("kgrader-eval-", "kgrader-mode-", "kgrader-scratch-")
 UNOWNED_AFTER_S = 24 * 3600.0
+SWEEP_EXIT_WAIT_S = 10.0
 _MARKER_MAX = 4096
 _owner_cache: dict[int, str] = {}
+_marked: set[Path] = set()
 
 
 def owner_of(pid: int) -> str:
@@ -57,6 +63,21 @@ def current_owner() -> str:
     return _owner_cache[pid]
 
 
+def owner_gone(owner: str | None) -> bool:
+    """Whether ``owner`` names a process of this host that provably no longer runs.
+
+    Stricter than ``not owner_alive``: a malformed token, another host's token or one
+    without a start time is never "gone" (nothing proves it), so an automatic sweep
+    leaves its things to ``kgrader sandbox cleanup``.
+    """
+    if not owner or owner.count(":") < 2:
+        return False
+    host, pid, started = owner.rsplit(":", 2)
+    if host != socket.gethostname() or not pid.isdigit() or started == "?":
+        return False
+    return owner_of(int(pid)) != owner
+
+
 def owner_alive(owner: str | None) -> bool:
     """Whether the process an owner token names still runs on this host."""
     if not owner or owner.count(":") < 2:
@@ -72,8 +93,16 @@ def mark_owner(root: Path) -> None:
 
     Call it right after creating the folder. The marker is made exclusively and never
     through a link; ``root`` must be a directory of this user that the sandbox cannot write.
+    The folder is also remembered in memory, so that a stop can find it even after an
+    interrupted removal took its marker (:func:`grader.backends.stop.reclaim_own`).
     """
+    _marked.add(root)
     _write_marker(root, {"owner": current_owner(), "keep": False}, exclusive=True)
+
+
+def marked_here() -> frozenset[Path]:
+    """The folders :func:`mark_owner` marked in this process (some may be gone)."""
+    return frozenset(_marked)
 
 
 def mark_kept(root: Path) -> None:
@@ -83,7 +112,7 @@ def mark_kept(root: Path) -> None:
 
 def _write_marker(root: Path, body: dict[str, Any], *, exclusive: bool) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_EXCL if exclusive else os.O_TRUNC)
-    fd = os.open(root / OWNER_FILE, flags, 0o644)
+    fd = os.open(root / OWNER_FILE, flags, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(body, f)
 
@@ -223,6 +252,63 @@ def reclaim_orphans(
              cgroups=len(cg_removed), kept=len(folders_kept) + len(c_kept),
              docker=docker_state, errors=len(errors))
     return report
+
+
+def sweep_orphans(temp_dir: Path | None = None) -> CleanupReport:
+    """The sweep every grading command runs when it starts (``run``, ``leaderboard run``,
+    the agent tools, ``profile``): what killed kgrader processes of this host left.
+
+    Cheap: one listing of the temp dir and of the kgrader cgroups, milliseconds; the
+    containers are looked for in a background thread, only where a docker daemon is
+    configured, so a slow or absent daemon delays nothing. Safe: an item goes only when
+    its owner is provably gone (:func:`owner_gone`); a live owner's, a kept, an unmarked,
+    another user's or another host's item stays for ``kgrader sandbox cleanup``. Never
+    raises.
+    """
+    from grader.backends import cgroups as cg
+
+    base = Path(temp_dir or tempfile.gettempdir())
+    removed: list[str] = []
+    errors: list[str] = []
+    try:
+        entries = [p for p in base.iterdir() if p.name.startswith(FOLDER_PREFIXES)]
+    except OSError as exc:
+        entries, errors = [], [f"cannot list {base}: {exc}"]
+    for path in entries:
+        try:
+            st = path.lstat()
+            marker = read_marker(path) if stat.S_ISDIR(st.st_mode) else None
+        except OSError:
+            continue
+        if st.st_uid != os.geteuid() or marker is None or marker.get("keep") is True \
+                or not owner_gone(marker["owner"]):
+            continue
+        try:
+            shutil.rmtree(path)
+            removed.append(str(path))
+        except OSError as exc:
+            errors.append(f"{path}: {exc}")
+    cg_removed = cg.reclaim_stale(lambda owner: not owner_gone(owner))
+    docker_state = "not configured"
+    if os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists():
+        t = threading.Thread(target=_sweep_containers, name="kgrader-sweep", daemon=True)
+        t.start()
+        atexit.register(t.join, SWEEP_EXIT_WAIT_S)  # a quick command still finishes it
+        docker_state = "checking in the background"
+    if removed or cg_removed or errors:
+        log.info("sweep.done", folders=len(removed), cgroups=len(cg_removed), errors=errors)
+    return CleanupReport(folders_removed=tuple(removed), cgroups_removed=tuple(cg_removed),
+                         docker=docker_state, errors=tuple(errors))
+
+
+def _sweep_containers() -> None:
+    try:
+        from grader.backends.docker.cleanup import reclaim_containers
+        from grader.backends.docker.prereqs import client
+
+        reclaim_containers(client(), gone_only=True)
+    except Exception as exc:  # no SDK, no daemon: nothing to reclaim there
+        log.info("sweep.docker_unavailable", error=str(exc).splitlines()[0] if str(exc) else "")
 
 
 def remove_quietly(path: Path) -> None:

@@ -1,7 +1,8 @@
 """The ``kgrader`` command line. Thin: parses arguments, calls the API, prints.
 
 Exit codes: 0 every stage reached passed (and, with ``--current``, accepted); 1 the
-candidate failed or was rejected; 2 usage or infrastructure error.
+candidate failed or was rejected; 2 usage or infrastructure error; 130/143 interrupted
+by SIGINT/SIGTERM (``grader.cli.common``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,18 @@ from rich.console import Console
 
 from grader import __version__
 from grader.backends.registry import backend_choices
-from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail
+from grader.cli.common import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    Interrupted,
+    check_outputs,
+    exit_interrupted,
+    fail,
+    received_stop,
+    stop_on_signals,
+    sweep_orphans,
+)
 from grader.errors import KgraderError
 from grader.limits import Limits
 from grader.report.model import Report, report_json_schema
@@ -71,10 +83,15 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
     from grader.evaluate import EvalRequest, evaluate
 
     try:
+        check_outputs(dirs={"--out": out, "--records": records},
+                      files={"--out report.json": out / "report.json" if out else None})
         tool = sanitize_tool or ("default" if sanitize else None)  # default: the task's or memcheck
         req = EvalRequest.from_paths(task_dir, candidate, current, limits=limits, backend=backend,
                                      device=device, policy=policy, gpu_ids=gpus, sanitize=tool)
+        sweep_orphans()
         report = evaluate(req)
+        if out is not None:  # first: the report survives a records folder that fails
+            _write_report(out, report)
         if records is not None:
             from grader.records import Records
 
@@ -85,9 +102,6 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
     except KgraderError as e:
         fail(e)
         return
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "report.json").write_text(report.model_dump_json(indent=2))
     if as_json:
         click.echo(report.model_dump_json())
     else:
@@ -95,6 +109,17 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
 
         render_report(report, Console())
     sys.exit(exit_code(report))
+
+
+def _write_report(out: Path, report: Report) -> None:
+    from grader.durable import atomic_write
+    from grader.errors import UsageError
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write(out / "report.json", report.model_dump_json(indent=2).encode("utf-8"))
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot write report.json: {e}") from None
 
 
 @main.command()
@@ -125,8 +150,16 @@ def entry() -> None:
     """Console entry point: no raw traceback ever reaches the user (KGRADER_DEBUG=1 shows it)."""
     import os
 
+    stop_on_signals()
     try:
         main(standalone_mode=True)
+    except Interrupted as e:
+        exit_interrupted(e)
+    except SystemExit:
+        stopped = received_stop()  # a command that exited on its own after the signal
+        if stopped is not None:
+            exit_interrupted(stopped)
+        raise
     except KgraderError as e:
         fail(e)
     except Exception as e:  # a kgrader bug: say so in one line, exit 2

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail
+from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail, sweep_orphans
 from grader.errors import KgraderError
 from grader.report.render import plain, say
 
@@ -99,6 +99,7 @@ def profile_cmd(args: tuple[str, ...], workspace: Path | None, backend: str, dev
             raise click.UsageError("expected TASK CANDIDATE (or --workspace DIR FILE)")
         from grader.diagnostics.run import ProfileRequest, profile
 
+        sweep_orphans()
         result = profile(ProfileRequest(task_dir=Path(args[0]), candidate=Path(args[1]),
                                         backend=backend, device=device, policy=policy,
                                         gpu_ids=gpus))
@@ -119,6 +120,8 @@ def _tool_mirror(workspace: Path, args: tuple[str, ...]) -> None:
     from grader.agent.tools import call_tool
     from grader.scan import read_candidate
 
-    result = call_tool(workspace, "profile_kernel", {"source": read_candidate(Path(args[0]))})
+    source = read_candidate(Path(args[0]))
+    sweep_orphans()
+    result = call_tool(workspace, "profile_kernel", {"source": source})
     click.echo(json.dumps(result, indent=2, ensure_ascii=False, default=str))
     sys.exit(EXIT_OK if result.get("ok") else EXIT_FAILED)

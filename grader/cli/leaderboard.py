@@ -2,7 +2,8 @@
 
 Exit codes: 0 the batch finished (whatever the submissions' verdicts); 2 usage or
 infrastructure error, including evaluations that hit an infrastructure fault (they
-were not recorded and are retried by running the same command again).
+were not recorded and are retried by running the same command again), and a --state
+another run holds; 130/143 interrupted (nothing left running; the same command resumes).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import click
 
 from grader.backends.registry import backend_choices
-from grader.cli.common import fail
+from grader.cli.common import check_outputs, fail
 from grader.errors import KgraderError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -102,6 +103,7 @@ def register(cli: click.Group) -> None:
         from grader.leaderboard.render import render_site
 
         try:
+            check_outputs(dirs={"OUT_DIR": out_dir})
             index = render_site(state, out_dir, private=private)
         except KgraderError as e:
             fail(e)
@@ -122,8 +124,13 @@ def register(cli: click.Group) -> None:
             click.echo(f"error: demo submissions not found at {subs} (run from a source "
                        "checkout)", err=True)
             sys.exit(2)
-        out_dir.mkdir(parents=True, exist_ok=True)
         state = out_dir / "leaderboard.sqlite"
+        try:  # before any grading: a page that cannot be written must not cost the batch
+            check_outputs(dirs={"OUT_DIR": out_dir, "OUT_DIR/site": out_dir / "site"},
+                          files={"OUT_DIR/leaderboard.sqlite": state})
+        except KgraderError as e:
+            fail(e)
+        out_dir.mkdir(parents=True, exist_ok=True)
         _run(tasks=[EXAMPLES / t for t in DEMO_TASKS], submissions=subs, state=state,
              workers=workers, engine="local", backend=backend, device=device,
              ray_address="auto", seed_secret=None, top_k=3)

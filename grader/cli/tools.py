@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from grader.backends.registry import backend_choices
-from grader.cli.common import fail, kgrader_errors
+from grader.cli.common import check_outputs, fail, kgrader_errors, sweep_orphans
 
 F = TypeVar("F", bound=Callable[..., Any])
 _BACKENDS = click.Choice(backend_choices())
@@ -68,6 +68,7 @@ def tool_cmd(name: str, workspace: Path, args_json: str) -> None:
     except json.JSONDecodeError as e:
         fail(f"--args is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
     check_args(name, args)  # unknown tool or wrong arguments: exit 2 before any work
+    sweep_orphans()
     _emit(call_tool(workspace, name, args))
 
 
@@ -119,6 +120,7 @@ def workspace_init(directory: Path, task_dir: Path, backend: str, device: str, p
     """Create workspace DIR fixed to TASK_DIR; print its kgrader.json."""
     from grader.agent.tools import init_workspace
 
+    check_outputs(dirs={"DIR": directory})
     ws = init_workspace(directory, task_dir, backend=backend, device=device, policy=policy,
                         quick_calibration=quick_calibration, force=force)
     click.echo(ws.config.model_dump_json(indent=2))
@@ -136,7 +138,9 @@ def _mirror(cmd_name: str, tool: str) -> click.Command:
         from grader.agent.tools import call_tool
         from grader.scan import read_candidate
 
-        _emit(call_tool(workspace, tool, {"source": read_candidate(file)}))
+        source = read_candidate(file)
+        sweep_orphans()
+        _emit(call_tool(workspace, tool, {"source": source}))
 
     return command
 
@@ -163,6 +167,8 @@ def calibrate_cmd(backend: str, device: str, refresh: bool, quick: bool, hardwar
     """Measure (or read from the cache) the device's copy bandwidth and matmul peaks."""
     from grader.measure.peaks import get_peaks
 
+    check_outputs(files={"--hardware": hardware})
+    sweep_orphans()
     cal = get_peaks(backend, device, refresh=refresh, quick=quick, path=hardware)
     if as_json:
         click.echo(cal.model_dump_json(indent=2))

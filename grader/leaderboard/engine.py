@@ -13,6 +13,10 @@ is written by one thread of one process; workers never touch it.
   takes its device from ``ray.get_gpu_ids()``) or one CPU slot, on a cluster the operator
   already runs. A cluster that goes away raises :class:`ClusterLost`; results finished
   before that were already committed.
+
+Interrupted (SIGINT/SIGTERM under the CLI), both stop what they started: the local
+engine's running sandboxes are killed by :mod:`grader.backends.stop` and its pending jobs
+cancelled; the Ray engine cancels its tasks, each of which stops its own sandbox.
 """
 
 from __future__ import annotations
@@ -142,8 +146,9 @@ class RayEngine:
 
     def run(self, jobs: Sequence[Job], on_result: OnResult) -> None:
         ray = self.ray
+        refs: dict[Any, Job] = {}
         try:
-            refs = {self.remote.remote(j, self.device): j for j in jobs}
+            refs.update({self.remote.remote(j, self.device): j for j in jobs})
             while refs:
                 done, _ = ray.wait(list(refs), num_returns=1, timeout=30.0)
                 if not done:
@@ -156,11 +161,25 @@ class RayEngine:
                     except ray.exceptions.RayTaskError as e:
                         outcome = JobOutcome(None, f"ray task failed: {e}")
                     on_result(job, outcome)
-        except (ray.exceptions.RaySystemError, ray.exceptions.RayError, ConnectionError) as e:
+        except BaseException as e:
+            if not isinstance(e, (ray.exceptions.RaySystemError, ray.exceptions.RayError,
+                                  ConnectionError)):
+                self._cancel(refs)  # interrupted: the cluster's tasks must stop too
+                raise
             raise ClusterLost(f"the Ray cluster went away mid-run ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}); every result "
                               "finished before that is kept in the state; run the same "
                               "command again to resume") from None
+
+    def _cancel(self, refs: dict[Any, Job]) -> None:
+        """Cancel the tasks still pending or running: ``force=False`` raises
+        ``KeyboardInterrupt`` in a running task, so its ``finally`` blocks stop its sandbox
+        and remove its folder on its own node."""
+        for ref in refs:
+            try:
+                self.ray.cancel(ref, force=False)
+            except Exception:
+                continue
 
     def close(self) -> None:
         self.ray.shutdown()

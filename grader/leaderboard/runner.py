@@ -22,7 +22,7 @@ from pathlib import Path
 
 import structlog
 
-from grader.backends.cleanup import reclaim_orphans
+from grader.backends.cleanup import sweep_orphans
 from grader.errors import UsageError
 from grader.leaderboard.aggregate import select_top
 from grader.leaderboard.engine import Engine, LocalEngine, RayEngine
@@ -30,8 +30,9 @@ from grader.leaderboard.job import Job, JobOutcome
 from grader.leaderboard.progress import Progress
 from grader.leaderboard.render import SHAPES_META, shape_meta
 from grader.leaderboard.seeds import TaskPayload, load_secret, task_payload
-from grader.leaderboard.state import State, SubmissionRow, TaskCheck
+from grader.leaderboard.state import State, SubmissionRow, TaskCheck, exclusive
 from grader.leaderboard.submissions import Submission, discover
+from grader.outpaths import check_output_file
 
 log = structlog.get_logger("kgrader.leaderboard")
 
@@ -184,10 +185,20 @@ class Batch:
 
 
 def run_leaderboard(cfg: RunConfig, progress: Progress | None = None) -> RunSummary:
-    """Run (or resume) the whole batch; every finished evaluation is committed at once."""
+    """Run (or resume) the whole batch; every finished evaluation is committed at once.
+
+    Holds the state's lock for the whole run (:func:`grader.leaderboard.state.exclusive`):
+    a second run on the same state is refused before it grades anything.
+    """
+    check_output_file(cfg.state, "--state")
+    with exclusive(cfg.state):
+        return _run_locked(cfg, progress)
+
+
+def _run_locked(cfg: RunConfig, progress: Progress | None) -> RunSummary:
     tasks = load_tasks(cfg)
     # Folders (one may hold a judge's secret), containers and cgroups of a killed run.
-    reclaim_orphans()
+    sweep_orphans()
     engine = make_engine(cfg)
     prog = progress or Progress(enabled=sys.stderr.isatty())
     with State.open(cfg.state) as state:

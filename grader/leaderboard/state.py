@@ -8,6 +8,8 @@ Durability rules:
   at most the evaluations that were still running;
 * only the driver process writes (engines hand results back to it; Ray workers never
   open this file);
+* one run at a time: ``kgrader leaderboard run`` holds :func:`exclusive` on the file for
+  its whole run (a second one is refused at once, naming the holder);
 * the file carries ``schema_version``; a file written by another schema is refused with
   a message and is never modified (see :class:`StateSchemaError`).
 
@@ -17,8 +19,12 @@ values were redacted by :mod:`grader.leaderboard.job`.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +52,42 @@ CREATE TABLE IF NOT EXISTS evaluations (
   wall_s REAL NOT NULL, engine TEXT NOT NULL, finished_at TEXT NOT NULL,
   PRIMARY KEY (submission, task, file_sha, round));
 """
+
+
+class StateBusy(UsageError):
+    """Another live process holds the state's lock."""
+
+    code = "state_locked"
+
+
+@contextmanager
+def exclusive(path: str | Path) -> Iterator[None]:
+    """Hold the run lock of the state file ``path`` (``<path>.lock``, an ``flock`` beside
+    it) for the block; a second holder fails at once with :class:`StateBusy` naming the
+    holder's pid. The kernel drops the lock when its holder dies, ``kill -9`` included,
+    so a killed run never blocks its own resume. The lock file stays (removing it would
+    let two processes lock two different files)."""
+    p = Path(path)
+    lock = p.with_name(p.name + ".lock")
+    try:
+        p.absolute().parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        raise UsageError(f"cannot open the lock file {lock} of --state {p}: {e}",
+                         code="bad_output_path") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            raise StateBusy(f"--state {p} is in use by another `kgrader leaderboard run` "
+                            f"(pid {holder}); wait for it to finish or stop it, or pass "
+                            "another --state") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 class StateSchemaError(UsageError):

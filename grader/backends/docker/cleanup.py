@@ -2,9 +2,11 @@
 
 Every kgrader container carries ``kgrader=1`` and ``kgrader.owner=host:pid:start`` (see
 :mod:`grader.backends.cleanup`). A run removes its container in ``finally``; an
-``atexit`` hook removes those of runs that never got there; ``SIGTERM`` becomes
-``SystemExit`` during a run so ``finally`` runs. Only ``SIGKILL`` of the host process
-leaves containers behind: :func:`reclaim_containers` removes those whose owner is gone.
+``atexit`` hook removes those of runs that never got there; under the CLI a stop signal
+kills this process's containers (:mod:`grader.backends.stop`), elsewhere ``SIGTERM``
+becomes ``SystemExit`` during a run so ``finally`` runs. Only ``SIGKILL`` of the host
+process leaves containers behind: :func:`reclaim_containers` removes those whose owner is
+gone (the next kgrader command's sweep, or ``kgrader sandbox cleanup``).
 """
 
 from __future__ import annotations
@@ -21,18 +23,25 @@ import docker.errors
 import structlog
 from docker.models.containers import Container
 
-from grader.backends.cleanup import owner_alive
+from grader.backends.cleanup import owner_alive, owner_gone
 from grader.backends.docker.config import LABEL, LABEL_OWNER
 
 log = structlog.get_logger("kgrader.docker")
 _live: set[str] = set()
-_live_lock = threading.Lock()
+_live_lock = threading.RLock()  # re-entrant: a signal handler may run while it is held
+_ran = threading.Event()
 
 
 def track(container: Container) -> None:
     """Remember a container of a run in progress (for the atexit backstop)."""
     with _live_lock:
         _live.add(str(container.id))
+        _ran.set()
+
+
+def ran_containers() -> bool:
+    """Whether this process created a container (so a stop must look for its own)."""
+    return _ran.is_set()
 
 
 def remove(container: Container) -> bool:
@@ -93,17 +102,21 @@ def sigterm_raises() -> Iterator[None]:
 
 
 def reclaim_containers(
-    client: docker.DockerClient, *, include_live: bool = False
+    client: docker.DockerClient, *, include_live: bool = False, gone_only: bool = False
 ) -> tuple[list[str], list[str]]:
     """``(removed, kept)`` container names among those labelled ``kgrader=1``.
 
     A container whose owner still runs on this host belongs to an evaluation in progress
     and is kept unless ``include_live``. Running orphans are killed and removed too.
+    ``gone_only`` (the automatic sweep): remove only containers whose owner is provably
+    gone from this host (:func:`~grader.backends.cleanup.owner_gone`); another host's
+    container on a shared daemon stays.
     """
     removed: list[str] = []
     kept: list[str] = []
     for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-        if not include_live and owner_alive(container.labels.get(LABEL_OWNER)):
+        owner = container.labels.get(LABEL_OWNER)
+        if (gone_only and not owner_gone(owner)) or (not include_live and owner_alive(owner)):
             kept.append(str(container.name))
         elif remove(container):
             removed.append(str(container.name))
