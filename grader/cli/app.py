@@ -155,16 +155,18 @@ def entry() -> None:
         main(standalone_mode=True)
     except Interrupted as e:
         exit_interrupted(e)
-    except SystemExit:
-        stopped = received_stop()  # a command that exited on its own after the signal
+    except BaseException as e:
+        # After a stop signal every way out is the interrupted one: an exit the command
+        # made on its own, the Stopped error of a refused sandbox, or the Interrupted
+        # wrapped in an exception group by a library's task group (the MCP server's).
+        stopped = received_stop()
         if stopped is not None:
             exit_interrupted(stopped)
-        raise
-    except KgraderError as e:
-        fail(e)
-    except Exception as e:  # a kgrader bug: say so in one line, exit 2
-        if os.environ.get("KGRADER_DEBUG"):
+        if isinstance(e, KgraderError):
+            fail(e)
+        if not isinstance(e, Exception) or os.environ.get("KGRADER_DEBUG"):
             raise
+        # a kgrader bug: say so in one line, exit 2
         click.echo(f"internal error: {type(e).__name__}: {e} (set KGRADER_DEBUG=1 for the "
                    "traceback)", err=True)
         sys.exit(EXIT_ERROR)
