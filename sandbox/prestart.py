@@ -55,7 +55,8 @@ def start(req: JudgeRequest) -> None:
     """Start the runners of a plain evaluation; a failure here only means no head start."""
     global _device, _entry
     if req.task is not None and req.mode != "measure_peak":  # the task's problem process
-        problem_handle.start_ahead("cuda" if req.device == "cuda" else "cpu")
+        problem_handle.start_ahead("cuda" if req.device == "cuda" else "cpu",
+                                   req.limits.compile_s, req.limits.run_s)
     if req.mode != "evaluate" or req.task is None or req.sanitize is not None:
         return
     _device, _entry = ("cuda" if req.device == "cuda" else "cpu"), req.task.entrypoint

@@ -28,6 +28,11 @@ from sandbox import harden, identity, protocol
 ENTRY = "sandbox.problem_proc"
 OWNER = "<problem>"  # identity's owner label for the problem's uid (not a module path)
 MAX_REPLY = 4 << 20  # a layout's template or a checker's text, never tensor bytes
+# How long one request may take (set from the request's limits by :func:`start_ahead`):
+# the setup gets the compile budget, each call into problem code a run stage's, both far
+# inside the sandbox's wall limit, so that a hung problem is reported as the task's fault
+# (``reference_failed``), not as a wall-clock kill the host might lay at the candidate.
+budget = {"setup_s": 120.0, "call_s": 300.0}
 
 
 class ProblemDied(Exception):
@@ -158,9 +163,10 @@ def _raise(err: dict[str, Any]) -> dict[str, Any]:
 _ahead: list[ProblemHandle] = []
 
 
-def start_ahead(device: str) -> None:
+def start_ahead(device: str, compile_s: float, run_s: float) -> None:
     """Start the problem process now (it imports torch while the judge does); a failure
-    here only means no head start."""
+    here only means no head start. ``compile_s``/``run_s``: the request's limits."""
+    budget.update(setup_s=max(60.0, compile_s), call_s=max(30.0, run_s))
     if not _ahead:
         with contextlib.suppress(ProblemDied, OSError):
             _ahead.append(ProblemHandle(device))

@@ -36,8 +36,6 @@ from sandbox.problem_handle import ProblemDied, ProblemError, ProblemHandle
 from sandbox.tensors import DTYPES, Slot, layout, poison, total_bytes, view
 from sandbox.wire import TaskWire, TensorWire
 
-SETUP_S = 600.0  # torch's import and the problem file's own import-time work
-CALL_S = 600.0  # one generator, reference or checker call (a large shape on the CPU)
 MAX_TENSORS = 256
 MAX_ELEMENTS = 1 << 36
 _CODES = {"reference_failed", "unsupported_dtype"}
@@ -72,7 +70,7 @@ class RemoteProblem(Problem):
         try:
             reply = self._request("problem setup", {
                 "op": "setup", "task": dataclasses.asdict(task), "reference": reference,
-                "init_seed": init_seed}, SETUP_S)
+                "init_seed": init_seed}, problem_handle.budget["setup_s"])
         except BaseException:
             self.handle.close()
             raise
@@ -81,8 +79,9 @@ class RemoteProblem(Problem):
         self._init = reply.get("init")
 
     # ---- talking to the process ----------------------------------------------------------
-    def _request(self, what: str, msg: dict[str, Any], timeout: float = CALL_S,
+    def _request(self, what: str, msg: dict[str, Any], timeout: float | None = None,
                  fds: list[int] | None = None) -> dict[str, Any]:
+        timeout = problem_handle.budget["call_s"] if timeout is None else timeout
         try:
             return self.handle.request(msg, timeout, fds)
         except ProblemError as e:
@@ -197,7 +196,8 @@ class RemoteProblem(Problem):
         try:
             reply = self.handle.request({"op": "verify", "dims": lay.dims,
                                          "inputs": [_named(s) for s in ins],
-                                         "outputs": [_named(s) for s in outs]}, CALL_S)
+                                         "outputs": [_named(s) for s in outs]},
+                                        problem_handle.budget["call_s"])
         except (ProblemError, ProblemDied) as e:
             raise CheckerFailed(f"the problem's check_implementation failed on these outputs "
                                 f"({e.code}): {_text(e.message)}") from None

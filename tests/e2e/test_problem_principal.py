@@ -9,6 +9,7 @@ the submission's own `wrong_values`, never a pass, never an infrastructure error
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,8 +40,9 @@ def import_attack(name: str, out: Path, backend: str) -> Path:
     return folder
 
 
-def grade(task: Path, submission: Path, backend: str) -> tuple[int, dict[str, Any], str]:
-    p = kgrader("run", task, submission, "--backend", backend, "--device", "cpu", "--json")
+def grade(task: Path, submission: Path, backend: str, *extra: str
+          ) -> tuple[int, dict[str, Any], str]:
+    p = kgrader("run", task, submission, "--backend", backend, "--device", "cpu", "--json", *extra)
     assert "Traceback" not in p.stderr, p.stderr
     return p.returncode, json.loads(p.stdout), p.stdout
 
@@ -98,3 +100,42 @@ def test_a_crashing_problem_is_the_tasks_fault_not_the_submissions(tmp_path: Pat
     e = r["errors"][0]
     assert (e["code"], e["origin"]) == ("reference_failed", "infrastructure"), e
     assert "exited with status 3" in e["message"]
+
+
+@pytest.mark.bwrap
+def test_a_hanging_problem_is_the_tasks_fault_within_the_stage_budget(tmp_path: Path) -> None:
+    backend = backend_or_skip("bwrap")
+    src = (ATTACKS / "patch_judge_check.py").read_text().replace(
+        "        return torch.relu(x)", "        import time\n        time.sleep(3600)")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "hang.py").write_text(src)
+    p = kgrader("task", "import", "kernelbench", tmp_path / "src" / "hang.py", "--out", tmp_path,
+                "--policy", "default", "--no-verify")
+    assert p.returncode == 0, p.stderr
+    rc, r, _ = grade(tmp_path / "kb_hang", NOTHING, backend, "--compile-s", "20", "--run-s", "20")
+    assert rc == 2 and r["ok"] is False
+    e = r["errors"][0]
+    assert (e["code"], e["origin"]) == ("reference_failed", "infrastructure"), e
+    assert "no answer" in e["message"]
+
+
+@pytest.mark.bwrap
+def test_a_checker_that_fails_on_the_outputs_fails_the_submission(tmp_path: Path) -> None:
+    """GPU MODE's check_implementation runs in the problem process on the outputs the
+    judge hands it; when it raises on them, the outputs provoked it: check_failed."""
+    backend = backend_or_skip("bwrap")
+    gm = ROOT / "examples" / "field" / "gpumode"
+    shutil.copytree(gm / "vectoradd", tmp_path / "set" / "vectoradd")
+    shutil.copy(gm / "utils.py", tmp_path / "set" / "utils.py")
+    ref = tmp_path / "set" / "vectoradd" / "reference.py"
+    ref.write_text(ref.read_text() + "\n\ndef check_implementation(data, output):\n"
+                   "    raise ValueError('checker broke on ' + str(tuple(output.shape)))\n")
+    p = kgrader("task", "import", "gpumode", tmp_path / "set" / "vectoradd", "--out",
+                tmp_path / "out", "--no-verify")
+    assert p.returncode == 0, p.stderr
+    rc, r, _ = grade(tmp_path / "out" / "gm_vectoradd",
+                     gm / "vectoradd" / "submissions" / "good.py", backend)
+    assert rc == 1 and r["ok"] is False
+    e = r["errors"][0]
+    assert (e["stage"], e["code"], e["origin"]) == ("correctness", "check_failed", "candidate"), e
+    assert "checker broke on" in e["message"]
