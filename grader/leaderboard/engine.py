@@ -21,10 +21,13 @@ cancelled; the Ray engine cancels its tasks, each of which stops its own sandbox
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import queue
-from collections.abc import Callable, Sequence
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
@@ -33,6 +36,7 @@ from grader.errors import InfrastructureError, UsageError
 from grader.leaderboard.job import Job, JobOutcome, run_job
 
 OnResult = Callable[[Job, JobOutcome], None]
+CANCEL_WAIT_S = 30.0
 
 
 class ClusterLost(InfrastructureError):
@@ -108,6 +112,21 @@ def _ray_entry(job: Job, device: str) -> JobOutcome:
     return run_job(job, gpu_ids, engine="ray")
 
 
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """Put back the SIGINT/SIGTERM handlers ``ray.init`` replaces with its own (which exit
+    the driver at once): the CLI's handlers must run, so that the driver cancels its
+    tasks and the workers stop their sandboxes."""
+    main = threading.current_thread() is threading.main_thread()
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
 class RayEngine:
     """Ray tasks on an existing cluster; the driver commits results as they arrive."""
 
@@ -127,8 +146,9 @@ class RayEngine:
                 # A loopback cluster: keep the driver's own endpoints on loopback too, rather
                 # than on whatever address Ray picks for this host.
                 extra["_node_ip_address"] = "127.0.0.1"
-            ray_mod.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                         include_dashboard=False, logging_level=logging.ERROR, **extra)
+            with _keep_signal_handlers():
+                ray_mod.init(address=address, ignore_reinit_error=True, log_to_driver=False,
+                             include_dashboard=False, logging_level=logging.ERROR, **extra)
         except Exception as e:
             raise InfrastructureError(f"cannot connect to the Ray cluster at {address!r}: {e}",
                                       hint="start one with `ray start --head` or pass "
@@ -172,14 +192,18 @@ class RayEngine:
                               "command again to resume") from None
 
     def _cancel(self, refs: dict[Any, Job]) -> None:
-        """Cancel the tasks still pending or running: ``force=False`` raises
-        ``KeyboardInterrupt`` in a running task, so its ``finally`` blocks stop its sandbox
-        and remove its folder on its own node."""
+        """Cancel the tasks still pending or running, and wait (up to
+        :data:`CANCEL_WAIT_S`) for them to end: ``force=False`` raises ``KeyboardInterrupt``
+        in a running task, so its ``finally`` blocks stop its sandbox and remove its folder
+        on its own node. Without the wait the driver's exit makes Ray kill the workers
+        first, and their folders stay for the next sweep on that node."""
         for ref in refs:
             try:
                 self.ray.cancel(ref, force=False)
-            except Exception:
+            except Exception:  # a task that already finished cannot be cancelled
                 continue
+        with contextlib.suppress(Exception):
+            self.ray.wait(list(refs), num_returns=len(refs), timeout=CANCEL_WAIT_S)
 
     def close(self) -> None:
         self.ray.shutdown()

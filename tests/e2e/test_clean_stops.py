@@ -298,3 +298,54 @@ def test_unwritable_output_paths_are_refused_before_grading(tmp_path: Path, case
     assert p.stderr.startswith("error: ") and message in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and p.stdout == ""
     assert list(tmpdir.iterdir()) == [], "something was staged before the refusal"
+
+
+@pytest.mark.slow
+def test_sigterm_of_a_ray_leaderboard_run_stops_the_workers_sandboxes(tmp_path: Path) -> None:
+    ray_bin = shutil.which("ray")
+    if ray_bin is None:
+        pytest.skip("ray is not installed (pip install ray)")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    import tempfile
+
+    tmpdir = Path(tempfile.mkdtemp(prefix="kgray-", dir="/tmp"))  # Ray's socket paths: short
+    task, subs = _sleepy_board(tmp_path)
+    # The workers run this checkout, with the test's temp dir: their folders are found.
+    env = {**_env(tmpdir), "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+    start = subprocess.run([ray_bin, "start", "--head", f"--port={port}",
+                            "--node-ip-address=127.0.0.1", "--num-cpus=2",
+                            "--include-dashboard=false", "--disable-usage-stats"],
+                           capture_output=True, text=True, env=env, timeout=180)
+    assert start.returncode == 0, start.stderr[-2000:]
+    try:
+        args = ["leaderboard", "run", "--tasks", str(task), "--submissions", str(subs),
+                "--state", str(tmp_path / "state.sqlite"), "--engine", "ray", "--ray-address",
+                f"127.0.0.1:{port}", "--device", "cpu", "--backend", "bwrap", "--top-k", "1"]
+        driver = subprocess.Popen([sys.executable, "-m", "grader.cli", *args], cwd=ROOT, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        def sleepers() -> list[Path]:
+            return [d for d in tmpdir.glob("kgrader-eval-*")
+                    if "time.sleep" in _read(d / "in" / wire.CANDIDATE_NAME)]
+
+        _wait("both Ray workers' sandboxes", lambda: len(sleepers()) == 2, driver, timeout=400)
+        time.sleep(5)
+        driver.send_signal(signal.SIGTERM)
+        _, err = driver.communicate(timeout=120)
+        assert driver.returncode == 143, err[-3000:]
+        # Each cancelled task stopped its own sandbox and removed its folder on its node.
+        assert [p.name for p in tmpdir.iterdir() if p.name.startswith("kgrader-")] == []
+    finally:
+        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, env=env)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
