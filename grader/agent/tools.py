@@ -31,12 +31,22 @@ Returned fields (absent stage = ``null`` fields plus the reason in ``unmeasured`
 * accept: ``accepted``, ``improvementFraction`` (median of ``(t_best - t_cand)/t_best``),
   ``baseline`` (``"best"`` or ``"none"``), ``evaluation`` (the records folder).
 
-**Acceptance without a best.** With no ``best.py`` yet, there is nothing to pair with:
-the candidate is accepted when it passes compile, correctness (tune and hidden shapes)
-and benchmark, becomes ``best.py``, and ``improvementFraction`` is ``null`` with the
-reason. The reference is not the baseline because a first correct kernel should
-establish one even when it is slower than the trusted reference (e.g. the CPU
-interpreter). Every later candidate must beat ``best.py`` in a paired, interleaved run.
+* bench/accept: ``reference_ms``, ``speedup_vs_reference``, ``best_ms``,
+  ``speedup_vs_best``, ``candidate_paired_ms``, each with its ``*_source``
+  (:mod:`grader.agent.speed`: bench pairs the candidate with the trusted reference in the
+  same sandbox run; ``ok`` there is compile + correctness + benchmark, never the pair);
+  accept also ``slower_than_reference``.
+* describe_task: :mod:`grader.agent.describe`.
+
+**Acceptance without a best.** With no ``best.py`` yet, the candidate is paired with the
+task's trusted reference in the same run, to measure its speed-up; it is accepted when it
+passes compile, correctness (tune and hidden shapes) and benchmark, and becomes
+``best.py`` even when slower than the reference, **never silently**: the result then has
+``slower_than_reference: true``, a warning and a reason saying how much slower. (On the
+CPU interpreter every Triton kernel is slower than a PyTorch reference, and an agent loop
+needs a baseline to pair later candidates with; a loop that wants only kernels faster than
+the reference reads the flag.) ``improvementFraction`` stays ``null`` (no best to pair
+with). Every later candidate must beat ``best.py`` in a paired, interleaved run.
 
 Candidate faults are values (``ok: false``); a broken workspace raises
 :class:`WorkspaceError`; an infrastructure fault is ``ok: false`` with stage ``sandbox``.
@@ -56,7 +66,8 @@ from typing import Any
 
 import filelock
 
-from grader.agent.schemas import TOOL_NAMES, check_args, tool_schemas
+from grader.agent import describe, speed
+from grader.agent.schemas import TOOL_NAMES, BadArgument, check_args, tool_schemas
 from grader.agent.workspace import (
     LOCK_NAME,
     Workspace,
@@ -64,7 +75,7 @@ from grader.agent.workspace import (
     WorkspaceError,
     init_workspace,
 )
-from grader.errors import CandidateFileError, KgraderError
+from grader.errors import CandidateFileError, KgraderError, UsageError
 from grader.evaluate import EvalRequest, Source, StageName, evaluate
 from grader.experience.hooks import remember_tool
 from grader.experience.search import (
@@ -91,6 +102,7 @@ __all__ = [
     "bench_kernel",
     "call_tool",
     "compile_kernel",
+    "describe_task",
     "init_workspace",
     "measure_peak",
     "profile_kernel",
@@ -113,11 +125,18 @@ def _error_dict(stage: str, code: str, message: str, origin: str, line: int | No
 
 
 def _fault(tool: str, e: KgraderError, facts: ShapeFacts | None = None) -> dict[str, Any]:
-    """A result for an exception raised while evaluating. An unusable source is the
-    candidate's fault (stage ``scan``); anything else stopped the tool itself: the
-    workspace, the task or the machine (stage ``sandbox``, origin ``infrastructure``)."""
+    """A result for an exception raised while evaluating. A bad argument is the caller's
+    fault (stage ``arguments``, code ``bad_argument``, the field); an unusable source the
+    candidate's (stage ``scan``); another usage error is the operator's set-up (the
+    workspace, task, policy or best.py: stage ``usage``, origin ``infrastructure``); only
+    the machine's faults are stage ``sandbox``."""
+    if isinstance(e, BadArgument):
+        return {"tool": tool, "ok": False, "stage": "arguments", "errors": [e.as_error()],
+                "warnings": []}
     if isinstance(e, CandidateFileError):
         stage, origin = "scan", "candidate"
+    elif isinstance(e, UsageError):
+        stage, origin = "usage", "infrastructure"
     else:
         stage, origin = "sandbox", "infrastructure"
     message = scrub_text(str(e), facts) if facts is not None else str(e)
@@ -171,12 +190,20 @@ def _timing_fields(report: Report) -> dict[str, Any]:
 
 
 def _evaluate(ws: Workspace, source: str, stages: tuple[StageName, ...],
-              shape_kinds: tuple[str, ...], current: str | None = None) -> Report:
+              shape_kinds: tuple[str, ...], current: str | None = None,
+              against_reference: bool = False) -> Report:
+    """One evaluation; ``current`` pairs it with best.py, ``against_reference`` with the
+    task's reference as a trusted second side (grader.agent.speed)."""
     spec, reference = load_task(ws.task_dir)
+    if against_reference:
+        cur: Source | None = Source(name="reference.py", text=reference)
+    elif current is not None:
+        cur = Source(name="current.py", text=check_source(current, "current"))
+    else:
+        cur = None
     req = EvalRequest(task=spec, reference=reference,
                       candidate=Source(name="candidate.py", text=check_source(source, "candidate")),
-                      current=Source(name="current.py", text=check_source(current, "current"))
-                      if current is not None else None,
+                      current=cur, current_trusted=against_reference,
                       backend=ws.config.backend, device=ws.config.device,
                       policy=ws.config.policy, stages=stages,
                       shape_kinds=shape_kinds,
@@ -213,11 +240,41 @@ def compile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
 def bench_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, Any]:
     """Compile, re-check correctness on tune and hidden shapes, then time (the task's protocol)."""
     def body(ws: Workspace) -> dict[str, Any]:
-        report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"))
+        report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"),
+                           against_reference=True)
         remember_tool(ws.spec, report, source, "bench_kernel")
         public = _public(ws, report)
-        return {**_base("bench_kernel", public), **_timing_fields(public)}
+        out = {**_base("bench_kernel", public), **_timing_fields(public)}
+        # The pair with the reference is a measurement, not an acceptance: bench's verdict
+        # and last stage are compile, correctness and benchmark's.
+        out["ok"] = _passed(report)
+        if out["stage"] == "accept" and not any(e["stage"] == "accept" for e in out["errors"]):
+            out["stage"] = "benchmark"
+        speed.merge(out, speed.paired_figures("reference", public),
+                    speed.best_figures(ws, out["median_ms"]))
+        ref = out.get("reference_ms")
+        if ref is not None and out["candidate_paired_ms"] is not None:
+            speed.remember_reference(ws, ref, "paired", ws.spec.timed_dims())
+        return out
     return _logged("bench_kernel", workspace, {"source": source}, body)
+
+
+def _passed(report: Report) -> bool:
+    """Compile, correctness and benchmark passed (whatever a pairing with another side said)."""
+    return (not report.errors and report.correctness is not None and report.correctness.passed
+            and report.timing is not None)
+
+
+def describe_task(workspace: str | Path | Workspace) -> dict[str, Any]:
+    """The task as the agent may know it: contract, tensors, tune shapes (hidden: a count),
+    tolerances, protocol, policy, cost model and floor, the reference (grader.agent.describe)."""
+    ws = _ws(workspace)  # read-only and host-side: no workspace lock, as search_experience
+    try:
+        result = describe.describe_task(ws)
+    except KgraderError as e:
+        result = _fault("describe_task", e, facts_for(ws.spec))
+    ws.records.log_tool_call("describe_task", {}, result)
+    return result
 
 
 def _calibration(ws: Workspace, refresh: bool = False) -> Any:
@@ -309,26 +366,30 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
     def body(ws: Workspace) -> dict[str, Any]:
         rec = ws.records
         best = rec.best_source()
+        # Without a best, the candidate is paired with the trusted reference in the same
+        # run: the pair decides nothing, it measures the speed-up over the reference.
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"),
-                           current=best)
+                           current=best, against_reference=best is None)
         infra = report.infrastructure_failed()
         acc = report.acceptance
         if best is None:
-            accepted = report.ok
+            accepted = _passed(report)
         else:
             accepted = bool(acc is not None and acc.accepted and report.ok)
         folder = rec.new_evaluation(ws.task_dir, source, best)
         # An infrastructure fault is no decision about the candidate: no trajectory line.
         rec.finish(folder, report, None if infra else accepted, origin="tool")
+        if accepted:
+            speed.record_best_time(ws, source, report)
         public = _public(ws, report)
-        acc = public.acceptance
+        acc = public.acceptance if best is not None else None
         out = {**_base("accept_candidate", public), **_timing_fields(public)}
         out.update(ok=accepted, accepted=accepted, baseline="none" if best is None else "best",
                    improvementFraction=acc.improvement_fraction if acc else None,
                    positive_fraction=acc.positive_fraction if acc else None,
                    pairs=acc.pairs if acc else 0, rule=acc.rule if acc else None,
                    replicate_speedup=acc.replicate_speedup if acc else None,
-                   reason=acc.reason if acc else _accept_reason(best, public),
+                   reason=acc.reason if acc else _accept_reason(best, public, accepted),
                    evaluation=str(folder), best_path=str(rec.best_path))
         if acc is None:
             out["unmeasured"]["improvementFraction"] = (
@@ -338,6 +399,7 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
             out["unmeasured"].update(
                 {("improvementFraction" if k == "improvement_fraction" else k): v
                  for k, v in acc.unmeasured.items()})
+        speed.accept_figures(ws, out, public, first=best is None)
         return out
     return _logged("accept_candidate", workspace, {"source": source}, body)
 
@@ -350,6 +412,7 @@ def search_experience(workspace: str | Path | Workspace, **args: Any) -> dict[st
     """
     ws = _ws(workspace)
     try:
+        check_args("search_experience", args)  # a bad value: a typed bad_argument result
         result = search_for_task(ws.spec, ws.config.backend, ws.config.device, args)
     except KgraderError as e:
         result = _fault("search_experience", e)
@@ -357,8 +420,8 @@ def search_experience(workspace: str | Path | Workspace, **args: Any) -> dict[st
     return result
 
 
-def _accept_reason(best: str | None, report: Report) -> str:
-    if report.ok and best is None:
+def _accept_reason(best: str | None, report: Report, accepted: bool) -> str:
+    if accepted and best is None:
         return "first correct candidate: it becomes best.py (no best to pair with)"
     return _not_reached(report, "accept")
 
@@ -368,7 +431,7 @@ def _accept_reason(best: str | None, report: Report) -> str:
 _FUNCS: dict[str, Callable[..., dict[str, Any]]] = {
     "compile_kernel": compile_kernel, "bench_kernel": bench_kernel, "profile_kernel": profile_kernel,
     "measure_peak": measure_peak, "accept_candidate": accept_candidate,
-    "search_experience": search_experience,
+    "search_experience": search_experience, "describe_task": describe_task,
 }
 
 

@@ -35,6 +35,8 @@ class WorkspaceConfig(BaseModel):
     quick_calibration: bool = Field(False, description="measure_peak/profile use the quick calibration.")
     hardware: str | None = Field(None, description="hardware.json path; None: the default.")
     gpu_ids: list[str] = Field(default_factory=list)
+    show_reference: bool = Field(True, description="describe_task returns the reference's "
+                                 "source (scrubbed of hidden dimension values, else withheld).")
 
 
 @dataclass(frozen=True)

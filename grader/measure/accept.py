@@ -53,6 +53,8 @@ def seed_outcome(t_cur: Sequence[float], t_cand: Sequence[float], spec: Acceptan
     )
     numbers = asdict(res)
     del numbers["accepted"], numbers["reason"]
+    if res.median_r is not None:  # valid pairs: each side's median time (ms), for the tools
+        numbers.update(median_current_ms=median(t_cur), median_candidate_ms=median(t_cand))
     return RuleOutcome(rule="seed", accepted=res.accepted, reason=res.reason, numbers=numbers)
 
 
