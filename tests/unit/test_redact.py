@@ -32,6 +32,8 @@ SECRET = re.compile(r"(?<![\w.])(37|999|1000|67|1031)(?![\w.])")
 
 
 def _leaks(obj: object) -> list[str]:
+    if not isinstance(obj, str) and isinstance(obj, dict):
+        obj = {k: v for k, v in obj.items() if k != "created_at"}  # "...T11:37:44": the clock
     return SECRET.findall(obj if isinstance(obj, str) else json.dumps(obj))
 
 
