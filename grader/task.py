@@ -129,10 +129,23 @@ class CorrectnessSpec(_Frozen):
     seeds: list[int] = Field(min_length=1)
     atol: float = Field(ge=0)
     rtol: float = Field(ge=0)
+    by_dtype: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="Per output dtype, (atol, rtol) in place of atol/rtol "
+        "(KernelBench: 1e-4 for float32, 1e-2 for float16 and bfloat16).")
     max_mismatch_fraction: float = Field(0.0, ge=0, le=1)
     timed_check_fraction: float = Field(
         1.0, gt=0, le=1, description="Share of timed calls whose outputs are re-checked."
     )
+
+    @field_validator("by_dtype")
+    @classmethod
+    def _known_dtypes(cls, v: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for name, (atol, rtol) in v.items():
+            if name not in wire.DTYPE_CODES:
+                raise ValueError(f"by_dtype: unknown dtype {name!r} (one of {', '.join(wire.DTYPE_CODES)})")
+            if atol < 0 or rtol < 0:
+                raise ValueError(f"by_dtype[{name!r}]: tolerances must be >= 0")
+        return v
 
 
 class BenchmarkSpec(_Frozen):
@@ -320,7 +333,9 @@ class TaskSpec(_Frozen):
             correctness=wire.CorrectnessWire(
                 seeds=tuple(c.seeds), atol=c.atol, rtol=c.rtol,
                 max_mismatch_fraction=c.max_mismatch_fraction,
-                timed_check_fraction=c.timed_check_fraction),
+                timed_check_fraction=c.timed_check_fraction,
+                by_dtype=tuple({"dtype": k, "atol": float(v[0]), "rtol": float(v[1])}
+                               for k, v in sorted(c.by_dtype.items()))),
             benchmark=wire.BenchmarkWire(
                 warmup=b.warmup, warmup_ms=b.warmup_ms, samples=b.samples, reps=b.reps,
                 cache=b.cache, flush_mib=b.flush_mib, cuda_graph=b.cuda_graph,

@@ -25,7 +25,7 @@ from sandbox.outputs import collect_outputs, verify_outputs
 from sandbox.problem_host import make_problem
 from sandbox.proc import RunnerFailure
 from sandbox.sides import MIN_WAIT_S, Side, open_sides
-from sandbox.tensors import Guards, Slot, compare, poison, total_bytes
+from sandbox.tensors import Guards, Slot, compare, dtype_code, poison, total_bytes
 from sandbox.text import clean
 from sandbox.wire import (
     WIRE_VERSION,
@@ -281,7 +281,8 @@ class Evaluation:
         """``decoys``: the launcher was handed decoys (sandbox.twin): the message says so."""
         c = self.task.correctness
         for name, exp in expected.items():
-            cmp = compare(views[name], exp, c.atol, c.rtol, c.max_mismatch_fraction)
+            atol, rtol = c.tolerance(dtype_code(views[name].dtype))
+            cmp = compare(views[name], exp, atol, rtol, c.max_mismatch_fraction)
             self._track(cmp.max_abs, cmp.max_rel, cmp.mismatch_fraction)
             if not cmp.ok:
                 fb = cmp.first_bad or {}

@@ -23,7 +23,7 @@ from sandbox.device import device_environment
 from sandbox.failure import StageFailure
 from sandbox.problem import Problem
 from sandbox.problem_host import make_problem
-from sandbox.tensors import compare, total_bytes
+from sandbox.tensors import compare, dtype_code, total_bytes
 from sandbox.wire import WIRE_VERSION, ErrorWire, JudgeRequest, Record
 
 
@@ -80,7 +80,8 @@ def _check_shape(problem: Problem, kind: str, dims: dict[str, int], seed: int,
         return out
     worst: dict[str, Any] = {"ok": True, "max_abs": 0.0, "max_rel": 0.0, "mismatch_fraction": 0.0}
     for name, got in first.items():
-        cmp = compare(got.to(torch.float64), wide[name].to(torch.float64), c.atol, c.rtol,
+        atol, rtol = c.tolerance(dtype_code(got.dtype))
+        cmp = compare(got.to(torch.float64), wide[name].to(torch.float64), atol, rtol,
                       c.max_mismatch_fraction)
         worst["ok"] = worst["ok"] and cmp.ok
         for key, v in (("max_abs", cmp.max_abs), ("max_rel", cmp.max_rel),

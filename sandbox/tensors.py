@@ -206,3 +206,11 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 def _num(x: torch.Tensor) -> float | None:
     v = float(x)
     return None if math.isnan(v) or math.isinf(v) else v
+
+
+def dtype_code(dtype: torch.dtype) -> str:
+    """The wire's name of ``dtype`` (``"float32"``...), or its torch text when unnamed."""
+    for name, d in DTYPES.items():
+        if d == dtype:
+            return name
+    return str(dtype).removeprefix("torch.")

@@ -87,6 +87,14 @@ class CorrectnessWire:
     rtol: float
     max_mismatch_fraction: float
     timed_check_fraction: float
+    by_dtype: tuple[dict[str, Any], ...] = ()  # {"dtype", "atol", "rtol"}: per output dtype
+
+    def tolerance(self, dtype: str) -> tuple[float, float]:
+        """(atol, rtol) for an output of ``dtype`` (a DTYPE_CODES name)."""
+        for t in self.by_dtype:
+            if t.get("dtype") == dtype:
+                return float(t["atol"]), float(t["rtol"])
+        return self.atol, self.rtol
 
 
 @dataclass(frozen=True)
