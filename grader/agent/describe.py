@@ -24,7 +24,7 @@ from typing import Any
 
 from grader.agent.workspace import Workspace
 from grader.errors import KgraderError
-from grader.report.redact import facts_for, scrub_text
+from grader.report.redact import facts_for, scrub_text, scrub_tree
 from grader.scan import load_policy
 from grader.scan.policy import Policy
 from grader.task import TaskSpec, load_task
@@ -203,7 +203,13 @@ def describe_task(ws: Workspace) -> dict[str, Any]:
     if problem is not None:
         out["problem"] = {"reference": problem.reference, "inputs": problem.inputs,
                           "init": problem.init}
-    for part in (_cost(ws, spec, device), _reference(ws, spec)):
-        out["unmeasured"].update(part.pop("unmeasured", {}))
-        out.update(part)
+    cost = _cost(ws, spec, device)
+    out["unmeasured"].update(cost.pop("unmeasured", {}))
+    out.update(cost)
+    # Every string the operator wrote (the description, the policy's texts) is scrubbed of
+    # hidden dimension values like a report; the reference is shown whole or not at all.
+    out = scrub_tree(out, facts_for(spec))
+    ref = _reference(ws, spec)
+    out["unmeasured"].update(ref.pop("unmeasured", {}))
+    out.update(ref)
     return out

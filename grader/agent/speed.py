@@ -137,6 +137,8 @@ def reference_figures(ws: Workspace, cand_ms: float | None) -> dict[str, Any]:
                   f"{hit.get('measured_at')} on this task and hardware")
     else:
         ref_ms, source = _separate_run(ws)
+        if ref_ms is not None and ref_ms <= 2 * CLOCK_FLOOR_MS:
+            ref_ms, source = None, _AT_FLOOR.format(what="reference", floor=CLOCK_FLOOR_MS)
         if ref_ms is not None:
             remember_reference(ws, ref_ms, "separate_run", ws.spec.timed_dims())
             source = ("separate_run: the reference timed now in a sandbox run of its own "

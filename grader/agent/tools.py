@@ -67,7 +67,8 @@ from typing import Any
 import filelock
 
 from grader.agent import describe, speed
-from grader.agent.schemas import TOOL_NAMES, BadArgument, check_args, tool_schemas
+from grader.agent.results import base, fault, not_reached, timing_fields
+from grader.agent.schemas import TOOL_NAMES, check_args, tool_schemas
 from grader.agent.workspace import (
     LOCK_NAME,
     Workspace,
@@ -75,7 +76,7 @@ from grader.agent.workspace import (
     WorkspaceError,
     init_workspace,
 )
-from grader.errors import CandidateFileError, KgraderError, UsageError
+from grader.errors import KgraderError
 from grader.evaluate import EvalRequest, Source, StageName, evaluate
 from grader.experience.hooks import remember_tool
 from grader.experience.search import (
@@ -83,11 +84,9 @@ from grader.experience.search import (
 )
 from grader.report.model import Report
 from grader.report.redact import (
-    ShapeFacts,
     facts_for,
     redact,
     redact_diagnostics,
-    scrub_text,
     scrub_tree,
 )
 from grader.scan import check_source
@@ -110,83 +109,13 @@ __all__ = [
     "tool_schemas",
 ]
 
-TIMING_KEYS = ("mean_ms", "median_ms", "p95_ms", "std_ms", "min_ms", "cv", "samples",
-               "bandwidth_gbps", "tflops", "dims")
-
-
 def _ws(workspace: str | Path | Workspace) -> Workspace:
     return workspace if isinstance(workspace, Workspace) else Workspace.open(workspace)
-
-
-def _error_dict(stage: str, code: str, message: str, origin: str, line: int | None = None,
-                detail: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"stage": stage, "code": code, "origin": origin, "message": message, "line": line,
-            "detail": detail or {}}
-
-
-def _fault(tool: str, e: KgraderError, facts: ShapeFacts | None = None) -> dict[str, Any]:
-    """A result for an exception raised while evaluating. A bad argument is the caller's
-    fault (stage ``arguments``, code ``bad_argument``, the field); an unusable source the
-    candidate's (stage ``scan``); another usage error is the operator's set-up (the
-    workspace, task, policy or best.py: stage ``usage``, origin ``infrastructure``); only
-    the machine's faults are stage ``sandbox``."""
-    if isinstance(e, BadArgument):
-        return {"tool": tool, "ok": False, "stage": "arguments", "errors": [e.as_error()],
-                "warnings": []}
-    if isinstance(e, CandidateFileError):
-        stage, origin = "scan", "candidate"
-    elif isinstance(e, UsageError):
-        stage, origin = "usage", "infrastructure"
-    else:
-        stage, origin = "sandbox", "infrastructure"
-    message = scrub_text(str(e), facts) if facts is not None else str(e)
-    return {"tool": tool, "ok": False, "stage": stage,
-            "errors": [_error_dict(stage, e.code, message, origin)], "warnings": []}
 
 
 def _public(ws: Workspace, report: Report) -> Report:
     """The copy of ``report`` the agent may read (hidden shapes redacted)."""
     return redact(report, facts_for(ws.spec, report))
-
-
-def _base(tool: str, report: Report) -> dict[str, Any]:
-    return {
-        "tool": tool, "ok": report.ok, "stage": report.stage,
-        "errors": [_error_dict(e.stage, e.code, e.message, e.origin, e.line, e.detail)
-                   for e in report.errors],
-        "warnings": list(report.warnings), "task": report.task, "device": report.device,
-        "candidate_sha256": report.candidate.sha256 if report.candidate else None,
-    }
-
-
-def _not_reached(report: Report | None, what: str) -> str:
-    if report is None or not report.errors:
-        return f"{what} stage not reached"
-    e = report.errors[0]
-    return f"{what} stage not reached: {e.stage} failed ({e.code})"
-
-
-def _timing_fields(report: Report) -> dict[str, Any]:
-    out: dict[str, Any] = {"correct": report.correctness.passed if report.correctness else None}
-    unmeasured: dict[str, str] = {}
-    if report.correctness is None:
-        unmeasured["correct"] = _not_reached(report, "correctness")
-    else:
-        c = report.correctness
-        out["correctness"] = {"checks": c.checks, "max_abs_error": c.max_abs_error,
-                              "max_rel_error": c.max_rel_error,
-                              "first_bad": c.first_bad.model_dump(mode="json") if c.first_bad else None}
-    t = report.timing
-    if t is None:
-        reason = _not_reached(report, "benchmark")
-        out.update({k: None for k in TIMING_KEYS})
-        unmeasured.update({k: reason for k in TIMING_KEYS})
-    else:
-        out.update({k: getattr(t, k) if k != "samples" else t.samples for k in TIMING_KEYS})
-        out.update(cache=t.cache, clock=t.clock)
-        unmeasured.update(t.unmeasured)
-    out["unmeasured"] = unmeasured
-    return out
 
 
 def _evaluate(ws: Workspace, source: str, stages: tuple[StageName, ...],
@@ -219,7 +148,7 @@ def _logged(name: str, workspace: str | Path | Workspace, args: dict[str, Any],
         try:
             result = body(ws)
         except KgraderError as e:
-            result = _fault(name, e, facts_for(ws.spec))
+            result = fault(name, e, facts_for(ws.spec))
         ws.records.log_tool_call(name, args, result)
     return result
 
@@ -232,7 +161,7 @@ def compile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
     def body(ws: Workspace) -> dict[str, Any]:
         report = _evaluate(ws, source, ("compile",), ("tune",))
         remember_tool(ws.spec, report, source, "compile_kernel")
-        return {**_base("compile_kernel", _public(ws, report)),
+        return {**base("compile_kernel", _public(ws, report)),
                 "compiled": report.ok and report.stage == "compile"}
     return _logged("compile_kernel", workspace, {"source": source}, body)
 
@@ -244,7 +173,7 @@ def bench_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, An
                            against_reference=True)
         remember_tool(ws.spec, report, source, "bench_kernel")
         public = _public(ws, report)
-        out = {**_base("bench_kernel", public), **_timing_fields(public)}
+        out = {**base("bench_kernel", public), **timing_fields(public)}
         # The pair with the reference is a measurement, not an acceptance: bench's verdict
         # and last stage are compile, correctness and benchmark's.
         out["ok"] = _passed(report)
@@ -272,7 +201,7 @@ def describe_task(workspace: str | Path | Workspace) -> dict[str, Any]:
     try:
         result = describe.describe_task(ws)
     except KgraderError as e:
-        result = _fault("describe_task", e, facts_for(ws.spec))
+        result = fault("describe_task", e, facts_for(ws.spec))
     ws.records.log_tool_call("describe_task", {}, result)
     return result
 
@@ -327,7 +256,7 @@ def profile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"))
         facts = facts_for(ws.spec, report)
         public = redact(report, facts)
-        out = {**_base("profile_kernel", public), **_timing_fields(public)}
+        out = {**base("profile_kernel", public), **timing_fields(public)}
         extra = scrub_tree(_profile_fields(ws, report, source), facts)
         prof: dict[str, Any] = extra["profile"]
         remember_tool(ws.spec, report, source, "profile_kernel", prof)
@@ -383,7 +312,7 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
             speed.record_best_time(ws, source, report)
         public = _public(ws, report)
         acc = public.acceptance if best is not None else None
-        out = {**_base("accept_candidate", public), **_timing_fields(public)}
+        out = {**base("accept_candidate", public), **timing_fields(public)}
         out.update(ok=accepted, accepted=accepted, baseline="none" if best is None else "best",
                    improvementFraction=acc.improvement_fraction if acc else None,
                    positive_fraction=acc.positive_fraction if acc else None,
@@ -394,7 +323,7 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
         if acc is None:
             out["unmeasured"]["improvementFraction"] = (
                 "no best.py yet: nothing to pair with" if best is None
-                else _not_reached(public, "accept"))
+                else not_reached(public, "accept"))
         else:
             out["unmeasured"].update(
                 {("improvementFraction" if k == "improvement_fraction" else k): v
@@ -415,7 +344,7 @@ def search_experience(workspace: str | Path | Workspace, **args: Any) -> dict[st
         check_args("search_experience", args)  # a bad value: a typed bad_argument result
         result = search_for_task(ws.spec, ws.config.backend, ws.config.device, args)
     except KgraderError as e:
-        result = _fault("search_experience", e)
+        result = fault("search_experience", e)
     ws.records.log_tool_call("search_experience", args, result)
     return result
 
@@ -423,7 +352,7 @@ def search_experience(workspace: str | Path | Workspace, **args: Any) -> dict[st
 def _accept_reason(best: str | None, report: Report, accepted: bool) -> str:
     if accepted and best is None:
         return "first correct candidate: it becomes best.py (no best to pair with)"
-    return _not_reached(report, "accept")
+    return not_reached(report, "accept")
 
 
 # --- dispatch ---------------------------------------------------------------------------

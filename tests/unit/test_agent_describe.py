@@ -88,6 +88,16 @@ def test_a_reference_naming_a_hidden_value_is_withheld_not_altered(tmp_path: Pat
     assert "1031" not in json.dumps(d)
 
 
+def test_an_operator_description_naming_a_hidden_value_is_scrubbed(tmp_path: Path) -> None:
+    task = tmp_path / "task"
+    shutil.copytree(TASK, task)
+    spec = json.loads((task / "task.json").read_text())
+    spec["description"] = "tuned for N = 1031 too"
+    (task / "task.json").write_text(json.dumps(spec))
+    d = tools.describe_task(_ws(tmp_path, task))
+    assert "1031" not in json.dumps(d) and d["description"] == "tuned for N = <hidden> too"
+
+
 def test_policy_summary_lists_the_allow_list_of_a_kernel_only_policy() -> None:
     s = policy_summary(load_policy("triton-only"))
     assert s["kind"] == "allow-list" and s["chain"] == ["triton-only", "default"]
