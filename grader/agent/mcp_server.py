@@ -13,7 +13,9 @@ server starts, so a client can send only kernel source (and search filters).
   a bad one is a tool error (``isError: true``) whose structured content has one error
   with code ``bad_argument``, the field and a one-line reason; nothing else runs.
 * Each tool's result is the tool's dict, as structured content and as JSON text; a
-  candidate's failure is a normal result with ``ok: false``, not an MCP error.
+  candidate's failure is a normal result with ``ok: false``, not an MCP error. A kgrader
+  bug is ``internal_error`` (origin ``infrastructure``), its text on stderr only: an
+  exception's text could carry what the candidate must not read.
 * A client that sends a progress token gets ``notifications/progress`` every
   :data:`PROGRESS_EVERY_S` seconds while a tool runs (progress: seconds elapsed; the
   message names the tool), and a last one when it returns.
@@ -24,6 +26,7 @@ stdout carries the protocol only: logs go to stderr.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,7 @@ from grader.agent.schemas import BadArgument, check_args, mcp_tools
 
 __all__ = ["PROGRESS_EVERY_S", "TASK_URI", "build_server", "serve"]
 
+log = logging.getLogger("kgrader.mcp")
 TASK_URI = "kgrader://task"
 PROGRESS_EVERY_S = 2.0
 
@@ -86,7 +90,16 @@ def build_server(workspace: str | Path) -> Any:
         box: dict[str, Any] = {}
 
         def work() -> None:
-            box["result"] = kt.call_tool(ws, name, args)
+            try:
+                box["result"] = kt.call_tool(ws, name, args)
+            except Exception:  # a kgrader bug: its text stays on stderr (fail closed)
+                log.exception("tool %s failed", name)
+                box["result"] = {"tool": name, "ok": False, "stage": "sandbox", "warnings": [],
+                                 "errors": [{"stage": "sandbox", "code": "internal_error",
+                                             "origin": "infrastructure", "line": None,
+                                             "detail": {}, "message": "kgrader failed "
+                                             "internally; the traceback is on the server's "
+                                             "stderr"}]}
 
         async def progress(message: str) -> None:
             if context is None:

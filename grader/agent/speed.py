@@ -6,14 +6,15 @@ Where each figure comes from (every result names it in ``reference_source`` /
 * ``paired``: measured in the same sandbox run, interleaved with the candidate (AB, BA,
   ...), on the timed shape. ``bench_kernel`` always runs the reference this way, as a
   trusted second side (``EvalRequest.current_trusted``: not scanned, no kernel-only
-  audit); ``accept_candidate`` pairs the candidate with ``best.py``, or with the
-  reference when there is no best yet. The speed-up is ``median(t_other) /
-  median(t_candidate)`` over the pairs.
+  audit); ``accept_candidate`` pairs the candidate with ``best.py``. The speed-up is
+  ``median(t_other) / median(t_candidate)`` over the pairs.
 * ``cached``: the reference's median from an earlier run on this workspace's task and
   hardware (``WORKSPACE/reference-times.json``, keyed by the task's files, backend,
-  device and hardware); ``separate_run``: measured now, in a sandbox run of its own (the
-  trusted reference as the candidate, benchmark stage only), then cached. Used by
-  ``accept_candidate`` when the pair is candidate/best, so the reference is not in it.
+  device and hardware: bench_kernel's pairs write it); ``separate_run``: measured now, in
+  a sandbox run of its own (the trusted reference as the candidate, benchmark stage
+  only), then cached. Used by ``accept_candidate``, whose run holds only the candidate and
+  best.py (its report is the decision the records keep), against the candidate's
+  benchmark median.
 * ``recorded``: the current best's benchmark median when it was accepted
   (``WORKSPACE/best-time.json``, valid while best.py has that sha256); used by
   ``bench_kernel``, whose pair is candidate/reference.
@@ -211,17 +212,16 @@ def merge(out: dict[str, Any], *parts: dict[str, Any]) -> None:
 
 
 def accept_figures(ws: Workspace, out: dict[str, Any], public: Report, *, first: bool) -> None:
-    """``accept_candidate``'s speed figures. ``first``: there was no best.py, the pair was
-    candidate/reference. Otherwise the pair was candidate/best and the reference's time
-    comes from the cache or a separate run."""
-    if first:
-        merge(out, paired_figures("reference", public),
-              {"best_ms": None, "best_source": None, "speedup_vs_best": None,
-               "unmeasured": {"best_ms": "no best.py before this candidate"}})
-        flag_slower(out)
-        return
+    """``accept_candidate``'s speed figures: the reference's time from the cache or a run
+    of its own, against the candidate's benchmark median; the best's from the pair
+    (``first``: there was no best.py, so no pair)."""
     ref = (reference_figures(ws, out["median_ms"]) if out["median_ms"] is not None
            else _speedup("reference", None, None, "the candidate was not timed"))
+    if first:
+        merge(out, ref, {"best_ms": None, "best_source": None, "speedup_vs_best": None,
+                         "unmeasured": {"best_ms": "no best.py before this candidate"}})
+        flag_slower(out)
+        return
     merge(out, paired_figures("best", public), ref)
     s = out["speedup_vs_reference"]
     out["slower_than_reference"] = None if s is None else s < 1.0
@@ -233,8 +233,9 @@ def flag_slower(out: dict[str, Any]) -> None:
     s = out["speedup_vs_reference"]
     out["slower_than_reference"] = None if s is None else s < 1.0
     if out["accepted"] and s is not None and s < 1.0:
-        msg = (f"best.py is now a kernel {1 / s:.2f}x slower than the task's reference (paired "
-               "in this run): it is the baseline later candidates must beat, not a speed-up")
+        how = str(out.get("reference_source") or "measured").split(":")[0]
+        msg = (f"best.py is now a kernel {1 / s:.2f}x slower than the task's reference (its "
+               f"time: {how}): it is the baseline later candidates must beat, not a speed-up")
         out["warnings"].append(msg)
         out["reason"] = f"{out['reason']}; {msg}"
     elif out["accepted"] and s is None:

@@ -29,8 +29,7 @@ Returned fields (absent stage = ``null`` fields plus the reason in ``unmeasured`
   (:class:`grader.diagnostics.models.Diagnostics`: per-kernel Nsight Compute counters from a
   separate, untimed profile run; ``null`` fields with reasons where there are none);
 * accept: ``accepted``, ``improvementFraction`` (median of ``(t_best - t_cand)/t_best``),
-  ``baseline`` (``"best"`` or ``"none"``), ``evaluation`` (the records folder).
-
+  ``baseline`` (``"best"`` or ``"none"``), ``evaluation`` (the records folder);
 * bench/accept: ``reference_ms``, ``speedup_vs_reference``, ``best_ms``,
   ``speedup_vs_best``, ``candidate_paired_ms``, each with its ``*_source``
   (:mod:`grader.agent.speed`: bench pairs the candidate with the trusted reference in the
@@ -38,11 +37,11 @@ Returned fields (absent stage = ``null`` fields plus the reason in ``unmeasured`
   accept also ``slower_than_reference``.
 * describe_task: :mod:`grader.agent.describe`.
 
-**Acceptance without a best.** With no ``best.py`` yet, the candidate is paired with the
-task's trusted reference in the same run, to measure its speed-up; it is accepted when it
-passes compile, correctness (tune and hidden shapes) and benchmark, and becomes
-``best.py`` even when slower than the reference, **never silently**: the result then has
-``slower_than_reference: true``, a warning and a reason saying how much slower. (On the
+**Acceptance without a best.** With no ``best.py`` yet, there is nothing to pair with:
+the candidate is accepted when it passes compile, correctness (tune and hidden shapes)
+and benchmark, and becomes ``best.py`` even when slower than the reference, **never
+silently**: the result then has ``slower_than_reference: true``, a warning and a reason
+saying how much slower (the reference's time as in :mod:`grader.agent.speed`). (On the
 CPU interpreter every Triton kernel is slower than a PyTorch reference, and an agent loop
 needs a baseline to pair later candidates with; a loop that wants only kernels faster than
 the reference reads the flag.) ``improvementFraction`` stays ``null`` (no best to pair
@@ -171,7 +170,11 @@ def bench_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, An
     def body(ws: Workspace) -> dict[str, Any]:
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"),
                            against_reference=True)
-        remember_tool(ws.spec, report, source, "bench_kernel")
+        # The experience store keeps what bench measured, not the pair's rule outcome.
+        remember_tool(ws.spec, report.model_copy(update={
+            "acceptance": None, "ok": _passed(report),
+            "stage": "benchmark" if report.stage == "accept" and _passed(report) else report.stage}),
+            source, "bench_kernel")
         public = _public(ws, report)
         out = {**base("bench_kernel", public), **timing_fields(public)}
         # The pair with the reference is a measurement, not an acceptance: bench's verdict
@@ -295,10 +298,10 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
     def body(ws: Workspace) -> dict[str, Any]:
         rec = ws.records
         best = rec.best_source()
-        # Without a best, the candidate is paired with the trusted reference in the same
-        # run: the pair decides nothing, it measures the speed-up over the reference.
+        # The records keep this report as the decision's: it holds only the candidate and
+        # best.py (the reference's time comes from bench_kernel's pairs or a run of its own).
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"),
-                           current=best, against_reference=best is None)
+                           current=best)
         infra = report.infrastructure_failed()
         acc = report.acceptance
         if best is None:

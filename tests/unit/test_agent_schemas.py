@@ -118,3 +118,19 @@ def test_describe_task_tool_and_resource_agree_and_progress_is_sent(ws: tools.Wo
     assert from_resource["tensors"] == res.structured_content["tensors"]
     assert from_resource["shapes"] == res.structured_content["shapes"]
     assert progress and progress[-1][1] is not None and "describe_task: done" in progress[-1][1]
+
+
+def test_a_kgrader_bug_is_internal_error_without_its_text(ws: tools.Workspace,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*a: Any, **k: Any) -> dict[str, Any]:
+        raise RuntimeError("shape N=1031 seen")  # text a client must not get
+
+    monkeypatch.setattr(tools, "call_tool", broken)
+
+    async def body(client: Any) -> Any:
+        return await client.call_tool("describe_task", {})
+
+    res = _mcp(ws, body)
+    (err,) = res.structured_content["errors"]
+    assert (err["code"], err["origin"]) == ("internal_error", "infrastructure")
+    assert "1031" not in res.content[0].text
