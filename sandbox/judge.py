@@ -123,6 +123,11 @@ def main() -> int:
         if key:
             write_result(key, _error_record("unknown", problem or _infra("bad_request", "unreadable")))
         return 0
+    if not sys.flags.safe_path:  # the launcher sets PYTHONSAFEPATH: the shared /tmp is no import root
+        write_result(key, _error_record(req.device, _infra(
+            "runner_isolation_unavailable", "the judge runs without PYTHONSAFEPATH: a folder others "
+            "can write could be on its import path; start it through `python3 -m sandbox.launch`")))
+        return 0
     if req.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     # The secret is gone: start the runners now, so they import torch while the judge does.
