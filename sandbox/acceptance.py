@@ -10,10 +10,11 @@ function the host decides with) accepts the deciding run; the host owns the deci
 
 from __future__ import annotations
 
-from sandbox import rules, stats
+from sandbox import gpu_idle, rules, stats
 from sandbox.benchmark import SideClock, check_threads, warm_up
 from sandbox.evaluation import Evaluation
 from sandbox.failure import StageFailure
+from sandbox.gpu_idle import IdleProbe
 from sandbox.sides import Side, paired_buffers
 from sandbox.tensors import Slot, poison
 from sandbox.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
@@ -37,6 +38,8 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
     seq = rules.SequentialSignTest(delta=acc.min_improvement_fraction, alpha=acc.alpha,
                                    looks=acc.looks, point_margin=acc.rule == "gain") \
         if sequential else None
+    probe = gpu_idle.probe() if ev.dev == "cuda" else None
+    last: Side | None = None
     for i in range(n_max):
         order = (cand, cur) if i % 2 == 0 else (cur, cand)
         swap = (i // 2) % 2  # every other pair of pairs, the sides trade buffers
@@ -44,6 +47,9 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
             inputs = ev.inputs(slots)
             for j, side in enumerate(order):
                 check = frac >= 1.0 or ev.rng.random() < frac
+                if probe is not None and last is not None:
+                    check_idle(probe, last, cur)
+                last = side
                 try:
                     r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
                     check_threads(side, r, threads[id(side)], "accept")
@@ -73,6 +79,21 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
     base = stats.median(clocks[id(cur)].noop_judge + clocks[id(cand)].noop_judge)
     return PairsRecord(t_cur=tuple(per_pair(clocks[id(cur)].samples(base), k)),
                        t_cand=tuple(per_pair(clocks[id(cand)].samples(base), k)))
+
+
+def check_idle(probe: IdleProbe, last: Side, cur: Side) -> None:
+    """The device must be idle before the next timed call (:mod:`sandbox.gpu_idle`): work
+    still running in a context of ``last``'s would time-slice the other side's call."""
+    busy = probe.busy()
+    if busy is None:
+        return
+    e = StageFailure("accept", "gpu_busy_between_calls",
+                     f"after this side's call returned, the device stayed busy: the judge's own "
+                     f"probe took {busy:.3f} ms against {probe.limit_ms:.3f} ms on an idle device "
+                     "(work left running in a CUDA context of the runner's own would slow the "
+                     "other side's timed calls)",
+                     detail={"probe_ms": busy, "limit_ms": probe.limit_ms, "idle_ms": probe.idle_ms})
+    raise (e.renamed("current_") if last is cur else e)
 
 
 def scrub(ev: Evaluation, side: Side, slots: list[Slot], buf: int) -> None:

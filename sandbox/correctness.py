@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from sandbox import gpu_idle
 from sandbox.evaluation import Evaluation
 from sandbox.sides import Side
 
@@ -12,6 +13,8 @@ def compile_stage(ev: Evaluation) -> Side:
     """Load the candidate and launch it once on the first tune shape (Triton JIT, autotune)."""
     ev.stage = "compile"
     assert ev.req.candidate is not None
+    if ev.dev == "cuda":
+        gpu_idle.calibrate()  # the idle device's probe, before any candidate exists
     cand = ev.open_side(ev.req.candidate, "compile")
     first = ev.task.tune[0]
     t = time.monotonic()

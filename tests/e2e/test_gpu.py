@@ -110,3 +110,15 @@ def test_an_inline_cuda_kernelbench_submission_builds_and_passes_on_cuda(tmp_pat
                                         candidate=ROOT / "tests/e2e/gpu_candidates/relu_inline_cuda.py",
                                         backend="bwrap", device="cuda", policy="cuda-inline"))
     assert r.ok, r.errors
+
+
+def test_gpu_work_left_in_a_second_context_is_seen_between_paired_calls() -> None:
+    """tests/attacks/gpu/second_context_spin.py leaves a 3 ms spin kernel in a CUDA context of
+    its own after each call (scan off); the judge's idle probe before the other side's call
+    sees the device busy (sandbox/gpu_idle.py)."""
+    r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
+                             candidate=ROOT / "tests/attacks/gpu/second_context_spin.py",
+                             current=ROOT / "examples/vector_add/candidates/good.py",
+                             backend="bwrap", device="cuda",
+                             policy=str(ROOT / "tests/policies/runtime-only.toml")))
+    assert not r.ok and r.errors[0].code == "gpu_busy_between_calls", r.errors
