@@ -111,6 +111,10 @@ class ProblemSpec(_Frozen):
     scratch: list[Annotated[int, Field(ge=0)]] = Field(
         default_factory=list, description="gpumode: positions in the generated data the "
                                           "candidate may write (output buffers handed in).")
+    strict: bool = Field(
+        False, description="gpumode: kgrader's element-wise compare and dtype check on top of "
+                           "check_implementation (off: the problem's checker decides values "
+                           "and dtypes, kgrader checks only for untouched or NaN outputs).")
     varied: list[Identifier] = Field(
         default_factory=list, description="module: the size constants hidden shapes vary.")
     support_modules: dict[Identifier, Annotated[str, Field(max_length=1 << 20)]] = Field(
@@ -122,7 +126,7 @@ class ProblemSpec(_Frozen):
             reference=self.reference, inputs=self.inputs, init=self.init or "",
             checker=self.checker or "", seed_arg=self.seed_arg or "",
             fixed_args=dict(self.fixed_args), scratch=tuple(self.scratch),
-            modules=dict(self.support_modules))
+            modules=dict(self.support_modules), strict=self.strict)
 
 
 class CorrectnessSpec(_Frozen):

@@ -14,6 +14,7 @@ seeded (torch's global RNG, and GPU MODE's seed argument) with the judge's seed.
 from __future__ import annotations
 
 import abc
+import json
 import sys
 import types
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from sandbox import buffers
 from sandbox.failure import infrastructure
 from sandbox.problem import DpsProblem, Problem
 from sandbox.pytree import Template, UnsupportedValue, flatten, rebuild, returned_tensors
@@ -51,6 +53,11 @@ def _guard(what: str, fn: Callable[[], T]) -> T:
         raise infrastructure("reference_failed", f"the problem's {what} produced {e}, which "
                              "kgrader cannot hand to a runner") from None
     except Exception as e:
+        if "cuda" in str(e).lower() and not torch.cuda.is_available():
+            raise infrastructure("needs_cuda", f"the problem's {what} needs a CUDA device and "
+                                 "this evaluation runs on the CPU, where torch has none: run "
+                                 "it on a GPU machine with --device cuda "
+                                 f"({type(e).__name__}: {str(e)[:160]})") from None
         raise infrastructure("reference_failed",
                              f"the problem's {what} failed: {type(e).__name__}: {e}") from None
 
@@ -92,6 +99,7 @@ class ReturnedProblem(Problem):
         self._by_dims: dict[tuple[tuple[str, int], ...], _Layout] = {}
         self._by_slots: dict[tuple[Slot, ...], _Layout] = {}
         self._scratch: set[str] = set()
+        self.notes: list[str] = []  # how the layout was decided, for the record
 
     # ---- the contract's two calls into problem code --------------------------------
     @abc.abstractmethod
@@ -125,9 +133,22 @@ class ReturnedProblem(Problem):
         slots = layout([*in_wires, *out_wires], dims)
         lay = _Layout(dims, slots, template, [w.name for w in in_wires],
                       [w.name for w in out_wires], isinstance(out, torch.Tensor))
-        self._scratch |= {lay.in_names[i] for i in self._scratch_holes(template)}
+        holes = self._scratch_holes(template)
+        found = self._classify(template, ins, set(holes))
+        if found is not None:
+            holes = found.writable
+            note = "generated tensors by behaviour: " + buffers.describe(lay.in_names, found)
+            if note not in self.notes:
+                self.notes.append(note)
+        self._scratch |= {lay.in_names[i] for i in holes}
         self.scratch = frozenset(self._scratch)
         return lay
+
+    def _classify(self, template: Template, ins: list[torch.Tensor], guessed: set[int]
+                  ) -> buffers.Classified | None:
+        """Which generated tensors are output buffers, by the reference's behaviour
+        (:mod:`sandbox.buffers`); None: the task's ``scratch`` positions decide."""
+        return None
 
     def _scratch_holes(self, template: Template) -> list[int]:
         """Tensor indices at the top-level positions ``pw.scratch`` names."""
@@ -270,6 +291,7 @@ class GpumodeProblem(ReturnedProblem):
         _lookup(self.ns, self.pw.reference, "the reference kernel")
         _lookup(self.ns, self.pw.inputs, "the input generator")
         self.checker = _lookup(self.ns, self.pw.checker, "the checker") if self.pw.checker else None
+        self._classified: dict[str, buffers.Classified] = {}
 
     def _generate(self, dims: dict[str, int], seed: int) -> Any:
         args: dict[str, Any] = {**dims, **self.pw.fixed_args}
@@ -280,6 +302,15 @@ class GpumodeProblem(ReturnedProblem):
 
     def _call_reference(self, data: Any, float64: bool) -> Any:
         return self.ns[self.pw.reference](data)
+
+    def _classify(self, template: Template, ins: list[torch.Tensor], guessed: set[int]
+                  ) -> buffers.Classified | None:
+        key = json.dumps(template, sort_keys=True)
+        if key not in self._classified:
+            def call(ts: list[torch.Tensor]) -> Any:
+                return self._call_reference(rebuild(template, ts), False)
+            self._classified[key] = _guard("reference", lambda: buffers.classify(ins, call, guessed))
+        return self._classified[key]
 
     def verify(self, slots: list[Slot], inputs: dict[str, torch.Tensor],
                outputs: dict[str, torch.Tensor]) -> str | None:

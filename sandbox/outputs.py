@@ -19,7 +19,7 @@ from sandbox.failure import StageFailure
 from sandbox.problem_host import CheckerFailed
 from sandbox.proc import RunnerFailure
 from sandbox.sides import Side
-from sandbox.tensors import Slot
+from sandbox.tensors import Slot, compare, dtype_code, poison
 from sandbox.wire import ErrorStage
 
 if TYPE_CHECKING:
@@ -80,11 +80,18 @@ def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, sta
 
 
 def verify_outputs(ev: Evaluation, slots: list[Slot], inputs: dict[str, torch.Tensor],
-                   views: dict[str, torch.Tensor], stage: ErrorStage, where: dict[str, Any]) -> None:
+                   views: dict[str, torch.Tensor], stage: ErrorStage, where: dict[str, Any],
+                   expected: dict[str, torch.Tensor] | None = None) -> None:
     """The problem's own checker (GPU MODE's ``check_implementation``), after kgrader's.
 
+    Where the checker decides (``problem.checker_decides``: a GPU MODE task with a checker,
+    not ``strict``), kgrader's element-wise compare did not run: only :func:`sanity_bound`
+    does, which catches what no honest kernel returns and no checker should be asked about.
     It runs in the problem process on these outputs: when it fails on them (raises,
     crashes, hangs) the outputs provoked it, and the side that made them fails."""
+    decides = bool(getattr(ev.problem, "checker_decides", False))
+    if decides and expected is not None:
+        sanity_bound(ev, views, expected, stage, where)
     outputs = {s.name: views[s.name] for s in slots if s.role == "output"}
     try:
         why = ev.problem.verify(slots, inputs, outputs)
@@ -95,3 +102,55 @@ def verify_outputs(ev: Evaluation, slots: list[Slot], inputs: dict[str, torch.Te
         raise StageFailure(stage, "wrong_values",
                            f"the problem's check_implementation rejected the outputs for dims "
                            f"{where.get('dims')}: {why}", detail={**where, "checker": why[:500]})
+
+
+CHECKER_DECIDES = ("gpumode: check_implementation decides values and dtypes; kgrader checks "
+                   "only for untouched outputs and NaN where the reference has none (set "
+                   "problem.strict for kgrader's element-wise compare and dtype check too)")
+STRICT = ("gpumode strict: kgrader's element-wise compare and dtype check apply on top of "
+          "check_implementation")
+
+
+def labels(ev: Evaluation) -> list[str]:
+    """For the record's warnings: which rule judged a GPU MODE task's values, and how its
+    generated tensors were classified (:mod:`sandbox.buffers`); none for other tasks."""
+    problem = getattr(ev, "problem", None)
+    if ev.task.contract != "gpumode" or problem is None:
+        return []
+    notes = [str(n) for n in getattr(problem, "notes", [])]
+    if getattr(problem, "checker_decides", False):
+        notes.append(CHECKER_DECIDES)
+    elif ev.task.problem is not None and ev.task.problem.strict:
+        notes.append(STRICT)
+    return [n for n in notes if n not in ev.warnings]
+
+
+def sanity_bound(ev: Evaluation, views: dict[str, torch.Tensor],
+                 expected: dict[str, torch.Tensor], stage: ErrorStage, where: dict[str, Any]) -> None:
+    """What only a cheat or a kernel that did not run returns: an output still poisoned
+    (never written), or NaN where the reference has none. The checker judges the rest."""
+    c = ev.task.correctness
+    for name, exp in expected.items():
+        got = views[name]
+        if tuple(got.shape) != tuple(exp.shape) or got.numel() == 0:
+            continue
+        cmp = compare(got, exp, *c.tolerance(dtype_code(got.dtype)), c.max_mismatch_fraction)
+        ev._track(cmp.max_abs, cmp.max_rel, cmp.mismatch_fraction)  # reported, not judged
+        marker = got.clone()
+        poison(marker)
+        if torch.equal(_bits(got), _bits(marker)) and not torch.equal(_bits(exp), _bits(marker)):
+            raise StageFailure(stage, "output_untouched",
+                               f"output {name!r} left unwritten (still poisoned) for dims "
+                               f"{where.get('dims')}", detail=dict(where))
+        if got.dtype.is_floating_point:
+            nan = got.isnan() & ~exp.isnan()
+            if bool(nan.any()):
+                at = [int(v) for v in torch.nonzero(nan)[0]]
+                raise StageFailure(stage, "wrong_values",
+                                   f"output {name!r} is NaN at index {at} for dims "
+                                   f"{where.get('dims')} where the reference is not "
+                                   f"({int(nan.sum())} such elements)", detail=dict(where))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)

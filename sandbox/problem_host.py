@@ -38,7 +38,7 @@ from sandbox.wire import TaskWire, TensorWire
 
 MAX_TENSORS = 256
 MAX_ELEMENTS = 1 << 36
-_CODES = {"reference_failed", "unsupported_dtype"}
+_CODES = {"reference_failed", "unsupported_dtype", "needs_cuda"}
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
@@ -77,6 +77,11 @@ class RemoteProblem(Problem):
         self.returns = reply.get("returns") is True
         self._checker = reply.get("checker") is True
         self._init = reply.get("init")
+        # GPU MODE's check_implementation is the authority on values and dtypes (kgrader
+        # keeps only a sanity bound: sandbox.outputs.verify_outputs) unless the task is strict.
+        strict = task.problem is not None and task.problem.strict
+        self.checker_decides = task.contract == "gpumode" and self._checker and not strict
+        self.notes: list[str] = []  # the problem process's account of its layouts
 
     # ---- talking to the process ----------------------------------------------------------
     def _request(self, what: str, msg: dict[str, Any], timeout: float | None = None,
@@ -131,6 +136,10 @@ class RemoteProblem(Problem):
                 raise infrastructure("reference_failed", "the problem process named scratch "
                                      "tensors that are not its inputs")
             lay = _Layout(dict(dims), slots, reply.get("call_data"))
+            notes = reply.get("notes")
+            for n in notes[:8] if isinstance(notes, list) else []:
+                if _text(str(n)) not in self.notes and len(self.notes) < 8:
+                    self.notes.append(_text(str(n)))
             self.scratch = self.scratch | frozenset(map(str, scratch))
             self._by_dims[key] = lay
             self._by_slots[tuple(slots)] = lay
@@ -210,6 +219,8 @@ class RemoteProblem(Problem):
         pw = self.task.problem
         setup: dict[str, Any] = {"contract": self.task.contract,
                                  "modules": dict(pw.modules) if pw else {}}
+        if self.checker_decides:  # a float output of another dtype is the checker's to judge
+            setup["cast_floats"] = True
         if self.task.contract == "module":
             setup.update(init=self._init, init_seed=self.init_seed)
         return setup

@@ -81,7 +81,8 @@ class Server:
         self._slots[_key(dims)] = slots
         return {"tensors": [{"name": s.name, "role": s.role, "dtype": s.dtype,
                              "shape": list(s.shape)} for s in slots],
-                "scratch": sorted(p.scratch), "call_data": p.call_data(slots)}
+                "scratch": sorted(p.scratch), "call_data": p.call_data(slots),
+                "notes": [str(n)[:MAX_VERDICT] for n in getattr(p, "notes", [])][:8]}
 
     def inputs(self, msg: dict[str, Any]) -> dict[str, Any]:
         p, slots = self._problem(), self._of(msg)

@@ -135,6 +135,7 @@ class ProblemWire:
     fixed_args: dict[str, Any] = field(default_factory=dict)
     scratch: tuple[int, ...] = ()
     modules: dict[str, str] = field(default_factory=dict)
+    strict: bool = False
 
 
 @dataclass(frozen=True)

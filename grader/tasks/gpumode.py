@@ -10,8 +10,11 @@ the judge's secret seeds; other arguments, the same in every entry, are passed a
 are. ``tests`` become the tune shapes, the first benchmark the timed shape and the other
 benchmarks hidden shapes (each checked for correctness in every evaluation, as GPU MODE
 checks each benchmark once). Tolerances come from ``make_match_reference(..., rtol=,
-atol=)`` when the reference spells them as literals; ``check_implementation`` itself
-also runs on every checked call.
+atol=)`` when the reference spells them as literals. ``check_implementation`` runs on
+every checked call and decides values and dtypes (kgrader adds only a bound against
+untouched or NaN outputs) unless the task sets ``problem.strict``. Which generated tensors
+are output buffers the candidate may write is decided in the sandbox by the reference's
+behaviour (:mod:`sandbox.buffers`); the syntactic guess here is only its fallback.
 """
 
 from __future__ import annotations
@@ -117,19 +120,62 @@ def tolerances(tree: ast.Module) -> tuple[float, float] | None:
 
 
 def scratch_positions(fn: ast.FunctionDef) -> list[int]:
-    """Positions of the returned tuple that are fresh buffers (``torch.empty``, ``zeros`` ...):
-    output buffers the submission may write, so they are exempt from the mutation check."""
+    """The syntactic guess at the output buffers: positions of the returned tuple made by
+    ``torch.empty``, ``zeros`` ... (through method chains such as ``.contiguous()``) and
+    never filled in place afterwards (``uniform_``, ``x[...] = ``: those are inputs).
+
+    Only a fallback: the problem process classifies the generated tensors by the
+    reference's behaviour (:mod:`sandbox.buffers`) and uses this guess only where the
+    reference is not deterministic."""
     made: dict[str, str] = {}
+    filled: set[str] = set()
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
                 isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call):
-            made[node.targets[0].id] = _callee(node.value.func)
+            made[node.targets[0].id] = _root_callee(node.value)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                _in_place(node.func.attr):
+            name = _root_name(node.func.value)
+            if name:
+                filled.add(name)
+        elif isinstance(node, ast.Assign | ast.AugAssign):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(t, ast.Subscript):
+                    name = _root_name(t.value)
+                    if name:
+                        filled.add(name)
     for node in ast.walk(fn):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple | ast.List):
-            return [i for i, e in enumerate(node.value.elts)
-                    if (isinstance(e, ast.Name) and made.get(e.id) in SCRATCH_CALLS)
-                    or (isinstance(e, ast.Call) and _callee(e.func) in SCRATCH_CALLS)]
+            return [i for i, e in enumerate(node.value.elts) if _fresh(e, made, filled)]
     return []
+
+
+def _in_place(method: str) -> bool:
+    return method.endswith("_") and not method.startswith("_")
+
+
+def _fresh(e: ast.expr, made: dict[str, str], filled: set[str]) -> bool:
+    if isinstance(e, ast.Call) and _root_callee(e) in SCRATCH_CALLS:
+        return True
+    name = _root_name(e)
+    return name is not None and made.get(name) in SCRATCH_CALLS and name not in filled
+
+
+def _root_callee(call: ast.Call) -> str:
+    """The innermost call of a method chain: ``empty`` for ``torch.empty(n).contiguous()``;
+    "" when the chain fills it in place (``torch.empty(n).uniform_()``: an input)."""
+    while isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Call):
+        if _in_place(call.func.attr):
+            return ""
+        call = call.func.value
+    return _callee(call.func)
+
+
+def _root_name(e: ast.expr) -> str | None:
+    """``x`` for ``x``, ``x.contiguous()``, ``x.t()`` (a method chain on a name)."""
+    while isinstance(e, ast.Call) and isinstance(e.func, ast.Attribute):
+        e = e.func.value
+    return e.id if isinstance(e, ast.Name) else None
 
 
 def _callee(func: ast.expr) -> str:
@@ -234,8 +280,19 @@ def import_problem(folder: Path, *, policy: str = "default",
                 "the first test is timed"),
              f"tolerances rtol={rtol:g} atol={atol:g}"
              + ("" if tolerances(tree) else " (GPU MODE's defaults: the reference names none)")]
-    if spec.problem is not None and spec.problem.scratch:
-        notes.append(f"data positions {spec.problem.scratch} are output buffers (may be written)")
+    guess = spec.problem.scratch if spec.problem is not None else []
+    notes.append("output buffers found by behaviour in the sandbox (tensors the reference "
+                 "writes or does not read; the report's warnings say which); syntactic guess "
+                 f"{guess or 'none'}, used only if the reference is not deterministic")
+    if checker and not (spec.problem is not None and spec.problem.strict):
+        notes.append("check_implementation decides values and dtypes (kgrader: only untouched "
+                     "outputs and NaN where the reference has none); problem.strict: true for "
+                     "kgrader's compare too")
+    elif checker:
+        notes.append("strict: kgrader's element-wise compare and dtype check on top of "
+                     "check_implementation")
+    else:
+        notes.append("no check_implementation: kgrader's element-wise compare decides")
     return ImportedTask(spec, text, folder, notes)
 
 

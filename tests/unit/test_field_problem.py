@@ -7,19 +7,24 @@ the CPU (no sandbox; the in-process problems are what the problem process runs):
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
 from grader.tasks import gpumode, kernelbench
+from sandbox import buffers
 from sandbox.failure import StageFailure
-from sandbox.field import local_problem
+from sandbox.field import GpumodeProblem, local_problem
+from sandbox.outputs import sanity_bound
 from sandbox.problem import DpsProblem
 from sandbox.pytree import UnsupportedValue, flatten, rebuild
 from sandbox.returned import Returned
-from sandbox.tensors import layout, total_bytes, view
+from sandbox.tensors import layout, poison, total_bytes, view
 from sandbox.wire import TaskWire
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "field"
@@ -199,3 +204,115 @@ def test_the_judge_refuses_a_layout_the_problem_process_should_not_have_sent() -
         with pytest.raises(StageFailure, match=why) as e:
             _tensor_wires(raw)
         assert (e.value.error.code, e.value.error.origin) == ("reference_failed", "infrastructure")
+
+
+# ---- output buffers by behaviour (sandbox/buffers.py) ------------------------------------
+
+def _classify(fn: Callable[..., Any], tensors: list[torch.Tensor],
+              guessed: frozenset[int] = frozenset()) -> tuple[str, ...]:
+    return buffers.classify(tensors, lambda ts: fn(*ts), set(guessed)).how
+
+
+def test_a_buffer_the_reference_writes_is_writable_whatever_made_it() -> None:
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    c = torch.empty(4, 4).contiguous()
+
+    def ref(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        c[...] = a + b
+        return c
+    assert _classify(ref, [a, b, c]) == (buffers.READ, buffers.READ, buffers.WRITTEN)
+
+
+def test_inputs_made_by_empty_then_filled_in_place_are_read_only() -> None:
+    a, b = torch.empty(3, 5).uniform_(), torch.empty(5, 2).uniform_()
+    assert _classify(lambda x, y: x @ y, [a, b]) == (buffers.READ, buffers.READ)
+
+
+def test_a_handed_buffer_the_reference_never_reads_is_writable() -> None:
+    x, out = torch.randn(64), torch.empty(64)
+    how = _classify(lambda v, o: torch.cumsum(v.double(), 0), [x, out])
+    assert how == (buffers.READ, buffers.UNREAD)
+
+
+def test_integer_and_nan_holding_inputs_are_still_read_only() -> None:
+    """NaN in an input is not a write (bytes are compared), and an index tensor whose
+    perturbation makes the reference raise is read."""
+    x = torch.tensor([1.0, float("nan"), 3.0])
+    idx = torch.tensor([2, 0, 1])
+    how = _classify(lambda v, i: v[i] * 2, [x, idx])
+    assert how == (buffers.READ, buffers.READ)
+    table = torch.arange(3.0)
+    assert _classify(lambda t, i: t[i], [table, torch.tensor([0, 1, 2])])[1] == buffers.READ
+
+
+def test_a_nondeterministic_reference_falls_back_to_the_syntactic_guess() -> None:
+    x, out = torch.randn(8), torch.empty(8)
+    how = _classify(lambda v, o: v + torch.rand(8), [x, out], guessed=frozenset({1}))
+    assert how == (buffers.INPUT_GUESSED, buffers.GUESSED)
+
+
+def test_a_gpumode_problem_reports_how_it_classified_each_generated_tensor() -> None:
+    for name, scratch, note in (("vectoradd_out", {"in2"}, "in2: " + buffers.WRITTEN),
+                                ("prefixsum", {"in1"}, "in1: " + buffers.UNREAD),
+                                ("histogram", {"in1"}, "in1: " + buffers.WRITTEN),
+                                ("matmul", set(), "in1: " + buffers.READ)):
+        task, ref = gm_task(name)
+        problem = local_problem(task, ref, "cpu", random.Random(3).getrandbits(31))
+        problem.layout(task.tune[0])
+        assert isinstance(problem, GpumodeProblem) and problem.scratch == scratch, name
+        assert any(note in n for n in problem.notes), name
+
+
+def test_a_generator_that_needs_cuda_on_the_cpu_names_the_device_and_the_hint() -> None:
+    task, _ = gm_task("vectoradd_out")
+    ref = ("import torch\ndef ref_kernel(d):\n    return d[0]\n"
+           "def generate_input(size, seed):\n    g = torch.Generator(device='cuda')\n"
+           "    return (torch.randn(size, generator=g, device='cuda'),)\n"
+           "def check_implementation(d, o):\n    return True, ''\n")
+    problem = local_problem(task, ref, "cpu", 1)
+    if torch.cuda.is_available():  # pragma: no cover - a GPU host runs it as it is
+        pytest.skip("CUDA is available here")
+    with pytest.raises(StageFailure) as e:
+        problem.layout(task.tune[0])
+    err = e.value.error
+    assert (err.code, err.origin) == ("needs_cuda", "infrastructure")
+    assert "--device cuda" in err.message and "runs on the CPU" in err.message
+
+
+def test_returned_float_outputs_of_another_dtype_are_cast_only_when_the_checker_decides() -> None:
+    out = [torch.full((4,), float("nan"), dtype=torch.float64)]
+    for cast, ok in ((True, True), (False, False)):
+        r = Returned({"contract": "gpumode", "cast_floats": cast}, "cpu")
+        r.last = [torch.arange(4, dtype=torch.float32)]
+        reply = r.collect(out)
+        assert (reply is None) is ok
+        if ok:
+            assert out[0].tolist() == [0.0, 1.0, 2.0, 3.0]
+        else:
+            assert reply is not None and reply["error"]["code"] == "output_shape_mismatch"
+    r = Returned({"contract": "gpumode", "cast_floats": True}, "cpu")
+    r.last = [torch.arange(4, dtype=torch.int64)]  # never float <-> integer
+    assert r.collect(out) is not None
+
+
+def test_the_sanity_bound_fails_untouched_and_nan_outputs_and_passes_the_rest() -> None:
+    """Where check_implementation decides, kgrader keeps only this bound (judge side)."""
+    task, _ = gm_task("prefixsum")
+    ev: Any = SimpleNamespace(task=task, _track=lambda *a: None)
+    exp = {"out0": torch.arange(6, dtype=torch.float64)}
+
+    def bound(got: torch.Tensor) -> str | None:
+        try:
+            sanity_bound(ev, {"out0": got}, exp, "correctness", {"dims": {"size": 6}})
+        except StageFailure as e:
+            return e.error.code
+        return None
+    poisoned = torch.empty(6, dtype=torch.float64)
+    poison(poisoned)
+    assert bound(poisoned) == "output_untouched"
+    assert bound(torch.tensor([0, 1, float("nan"), 3, 4, 5], dtype=torch.float64)) == "wrong_values"
+    assert bound(exp["out0"] + 0.5) is None  # values are the checker's to judge
+    ints = torch.empty(4, dtype=torch.int32)
+    poison(ints)
+    with pytest.raises(StageFailure, match="left unwritten"):
+        sanity_bound(ev, {"h": ints}, {"h": torch.zeros(4, dtype=torch.int32)}, "correctness", {})

@@ -169,7 +169,7 @@ def test_gpumode_missing_pieces_are_named(tmp_path: Path) -> None:
         gpumode.import_problem(f)
     with pytest.raises(TaskError, match=r"no task\.yml"):
         gpumode.import_problem(tmp_path)
-    assert len(gpumode.find_problems(GM)) == 5
+    assert len(gpumode.find_problems(GM)) == 8
 
 
 def test_task_names_are_identifiers() -> None:
@@ -326,3 +326,36 @@ def test_task_check_refuses_a_task_folder_whose_reference_is_a_link(tmp_path: Pa
     register(cli)
     result = CliRunner().invoke(cli, ["task", "check", str(task), "--backend", "bwrap"])
     assert result.exit_code == 2 and "symbolic link" in result.output, result.output
+
+
+def _guess(src: str) -> list[int]:
+    fn = ast.parse(src).body[0]
+    assert isinstance(fn, ast.FunctionDef)
+    return gpumode.scratch_positions(fn)
+
+
+def test_the_syntactic_buffer_guess_follows_method_chains_and_in_place_fills() -> None:
+    """Only the fallback (the sandbox classifies by behaviour), but no longer blind to
+    ``.contiguous()`` or fooled by ``empty`` then ``uniform_``."""
+    assert _guess("def g(n):\n    a = torch.randn(n).contiguous()\n"
+                  "    c = torch.empty(n, device='cuda').contiguous()\n    return a, c\n") == [1]
+    assert _guess("def g(n):\n    a = torch.randn(n)\n    return a, torch.zeros(n).contiguous()\n") == [1]
+    assert _guess("def g(m, k):\n    a = torch.empty(m, k).uniform_(-1, 1)\n"
+                  "    b = torch.empty(k, m)\n    b.uniform_()\n    c = torch.empty(m)\n"
+                  "    c[0] = 1\n    return a, b, c\n") == []
+
+
+def test_gpumode_replicas_record_how_buffers_and_values_are_decided() -> None:
+    for name, guess in (("prefixsum", [1]), ("histogram", [1]), ("vectoradd_out", [2]),
+                        ("matmul", [])):
+        task = gpumode.import_problem(GM / name)
+        p = task.spec.problem
+        assert p is not None and p.scratch == guess and p.strict is False, name
+        assert any("found by behaviour" in n for n in task.notes), name
+        assert any("check_implementation decides values and dtypes" in n for n in task.notes), name
+    strict = gpumode.import_problem(GM / "prefixsum", overrides={"problem": {
+        **gpumode.import_problem(GM / "prefixsum").spec.problem.model_dump(),  # type: ignore[union-attr]
+        "strict": True}})
+    assert strict.spec.problem is not None and strict.spec.problem.strict
+    assert strict.spec.problem.to_wire().strict is True
+    assert any(n.startswith("strict:") for n in strict.notes)
