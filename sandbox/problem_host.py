@@ -207,7 +207,13 @@ class RemoteProblem(Problem):
                                          "inputs": [_named(s) for s in ins],
                                          "outputs": [_named(s) for s in outs]},
                                         problem_handle.budget["call_s"])
-        except (ProblemError, ProblemDied) as e:
+        except ProblemError as e:
+            if e.code == "needs_cuda":  # the device's fault, whatever the outputs
+                raise infrastructure(e.code, f"the problem's check_implementation failed: "
+                                     f"{_text(e.message)}") from None
+            raise CheckerFailed(f"the problem's check_implementation failed on these outputs "
+                                f"({e.code}): {_text(e.message)}") from None
+        except ProblemDied as e:
             raise CheckerFailed(f"the problem's check_implementation failed on these outputs "
                                 f"({e.code}): {_text(e.message)}") from None
         verdict = reply.get("verdict")

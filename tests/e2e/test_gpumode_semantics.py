@@ -104,3 +104,19 @@ def test_a_generator_that_needs_cuda_fails_on_the_cpu_with_the_hint(tmp_path: Pa
     err = r["errors"][0]
     assert (err["code"], err["origin"]) == ("needs_cuda", "infrastructure"), err
     assert "--device cuda" in err["message"]
+
+
+def test_a_checker_that_needs_cuda_on_the_cpu_is_not_blamed_on_the_submission(tmp_path: Path
+                                                                              ) -> None:
+    prob = tmp_path / "set" / "cudacheck"
+    shutil.copytree(GM / "vectoradd_out", prob)
+    shutil.copy(GM / "utils.py", tmp_path / "set" / "utils.py")
+    ref = prob / "reference.py"
+    ref.write_text(ref.read_text() + "\n\ndef check_implementation(data, output):\n"
+                   "    return bool((output.to('cuda') == output.to('cuda')).all()), ''\n")
+    p = kgrader("task", "import", "gpumode", prob, "--out", tmp_path / "out", "--no-verify")
+    assert p.returncode == 0, p.stderr
+    rc, r = grade(tmp_path / "out" / "gm_cudacheck", GM / "vectoradd_out" / "submissions" / "good.py")
+    assert rc == 2 and r["ok"] is False
+    err = r["errors"][0]
+    assert (err["code"], err["origin"]) == ("needs_cuda", "infrastructure"), err
