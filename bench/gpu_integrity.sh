@@ -10,7 +10,8 @@
 #   5. the GPU tests (tests/e2e/test_gpu.py).
 # Everything lands in $OUT/integrity.tgz (summary.txt holds one line per run).
 # SECTIONS (default "legit honest attacks returned pytest") picks parts; HONEST_MODES
-# ("alone paired") the honest runs; PYTEST_K a -k filter for the GPU tests.
+# ("alone paired") the honest runs; PYTEST_K a -k filter for the GPU tests; GM_PROBLEMS and
+# GM_SUBMISSIONS (a glob, default *) the GPU MODE replicas graded.
 # Usage on the device: OUT=... bash bench/gpu_integrity.sh
 set -u
 source bench/gpu_env.sh || exit 1
@@ -66,6 +67,21 @@ for f in tests/attacks/returned/*.py examples/field/kernelbench/submissions/1_Re
   timeout 200 python3 -m grader.cli run "$task" "$f" --backend bwrap --device cuda --json \
       --policy tests/policies/runtime-only.toml > "$R/ret/$n.json" 2> "$R/ret/$n.err"
   echo "returned $n rc=$? $(verdict "$R/ret/$n.json")" >> "$S"
+done
+fi
+
+if on gpumode; then  # GPU MODE layouts: output buffers by behaviour, the checker decides
+mkdir -p "$R/gm"
+for P in ${GM_PROBLEMS:-prefixsum histogram vectoradd_out}; do
+  timeout 120 python3 -m grader.cli task import gpumode "examples/field/gpumode/$P" --out "$R/gm" \
+      --backend bwrap --device cuda > "$R/gm/import_$P.log" 2>&1
+  echo "gpumode import $P rc=$?" >> "$S"
+  for f in examples/field/gpumode/$P/submissions/${GM_SUBMISSIONS:-*}.py; do
+    n="${P}_$(basename "$f" .py)"
+    timeout 120 python3 -m grader.cli run "$R/gm/gm_$P" "$f" --backend bwrap --device cuda --json \
+        > "$R/gm/$n.json" 2> "$R/gm/$n.err"
+    echo "gpumode $n rc=$? $(verdict "$R/gm/$n.json")" >> "$S"
+  done
 done
 fi
 
