@@ -112,13 +112,14 @@ def test_an_inline_cuda_kernelbench_submission_builds_and_passes_on_cuda(tmp_pat
     assert r.ok, r.errors
 
 
-def test_gpu_work_left_in_a_second_context_is_seen_between_paired_calls() -> None:
+def test_gpu_work_left_in_a_second_context_is_stopped() -> None:
     """tests/attacks/gpu/second_context_spin.py leaves a 3 ms spin kernel in a CUDA context of
-    its own after each call (scan off); the judge's idle probe before the other side's call
-    sees the device busy (sandbox/gpu_idle.py)."""
+    its own after each call (scan off). On an H200 (driver 580) creating that context started
+    a driver thread at import, which the judge's thread count refuses; the judge's idle
+    probe before each paired call (sandbox/gpu_idle.py) is the layer behind it."""
     r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
                              candidate=ROOT / "tests/attacks/gpu/second_context_spin.py",
                              current=ROOT / "examples/vector_add/candidates/good.py",
                              backend="bwrap", device="cuda",
                              policy=str(ROOT / "tests/policies/runtime-only.toml")))
-    assert not r.ok and r.errors[0].code == "gpu_busy_between_calls", r.errors
+    assert not r.ok and r.errors[0].code in {"background_thread", "gpu_busy_between_calls"}, r.errors
