@@ -123,7 +123,8 @@ class Evaluation:
         """How long the judge waits for one answer of ``side``: what the stage has left, but
         never less than :data:`MIN_WAIT_S` nor :data:`WAIT_FACTOR` times its longest answer
         so far. A stage that ran out between calls is :meth:`check_clock`'s to judge."""
-        return max(self.left(deadline), MIN_WAIT_S, WAIT_FACTOR * side.longest_s)
+        floor = max(MIN_WAIT_S, WAIT_FACTOR * side.longest_s)
+        return max(self.left(deadline), min(floor, self.req.limits.run_s))  # never past run_s
 
     def check_clock(self, stage: ErrorStage, deadline: float) -> None:
         """Before a call: has ``stage`` used up its budget, and whose time was it

@@ -119,6 +119,12 @@ def paired_buffers(nbytes: int) -> tuple[tuple[GpuBuffer, GpuBuffer], tuple[GpuB
     return (a, b), (b, a)
 
 
+def open_wait(ev: Evaluation) -> float:
+    """How long to wait for a runner's set-up or load: what the compile budget has left,
+    never less than :data:`MIN_WAIT_S` (or ``compile_s`` itself, if that is smaller)."""
+    return max(ev.left(ev.compile_deadline), min(MIN_WAIT_S, ev.req.limits.compile_s))
+
+
 def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage: ErrorStage,
                renames: list[tuple[str, str]] | None = None) -> list[Side]:
     """:meth:`Evaluation.open_side` for several modules at once: every runner gets its setup, then
@@ -136,7 +142,7 @@ def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage:
     try:
         for path, buffers in wanted:
             side = Side(path, ev.task.entrypoint, ev.dev, ev.nbytes, ev.task.benchmark,
-                        ev.gpu_fraction(), max(ev.left(ev.compile_deadline), MIN_WAIT_S),
+                        ev.gpu_fraction(), open_wait(ev),
                         audit_ops=ev.task.audit_ops and not ev.trusted(path),
                         buffers=buffers, runner=prestart.take(path),
                         extra=ev.problem.runner_setup(), wait=False)
@@ -145,7 +151,7 @@ def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage:
             at += 1
         at = 0
         for side in sides:
-            side.await_setup(max(ev.left(ev.compile_deadline), MIN_WAIT_S))
+            side.await_setup(open_wait(ev))
             at += 1
     except RunnerFailure as e:
         if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
@@ -173,7 +179,7 @@ def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage:
             break
     for side, n, (code_prefix, msg_prefix) in zip(sent, numbers, renames, strict=False):
         try:
-            side.runner.receive(max(ev.left(ev.compile_deadline), MIN_WAIT_S), "compile_timeout")
+            side.runner.receive(open_wait(ev), "compile_timeout")
         except RunnerFailure as e:
             failure = failure or ev.failure(stage, e).renamed(code_prefix, msg_prefix)
             continue

@@ -53,6 +53,7 @@ class _Task:
 class _Ev:
     def __init__(self) -> None:
         self.task, self.dev, self.nbytes, self.compile_deadline = _Task(), "cpu", 0, 0.0
+        self.req = type("R", (), {"limits": type("L", (), {"compile_s": 60.0})()})()
         self.sides: list[Any] = []
         self.runners_opened = 0
         self.phases: dict[str, float] = {}
