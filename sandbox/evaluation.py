@@ -25,7 +25,7 @@ from sandbox.outputs import collect_outputs, labels, verify_outputs
 from sandbox.problem_host import make_problem
 from sandbox.proc import RunnerFailure
 from sandbox.sides import MIN_WAIT_S, Side, open_sides
-from sandbox.tensors import Guards, Slot, compare, dtype_code, poison, total_bytes
+from sandbox.tensors import Guards, Slot, compare, dtype_code, poison, same_bytes, total_bytes
 from sandbox.text import clean
 from sandbox.wire import (
     WIRE_VERSION,
@@ -262,7 +262,7 @@ class Evaluation:
                                "the candidate changed the pinned TF32 / precision flags")
         for s in slots:
             if s.role == "input" and s.name not in self.problem.scratch \
-                    and not torch.equal(views[s.name], inputs[s.name]):
+                    and not same_bytes(views[s.name], inputs[s.name]):
                 raise StageFailure(stage, "input_mutated",
                                    f"input {s.name!r} was modified by the candidate", detail=where)
         if expected is not None:

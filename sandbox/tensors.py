@@ -214,3 +214,14 @@ def dtype_code(dtype: torch.dtype) -> str:
         if d == dtype:
             return name
     return str(dtype).removeprefix("torch.")
+
+
+def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` hold the same bytes (an input holding NaN equals itself here;
+    ``torch.equal`` says it does not)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return bool(torch.equal(a.reshape(-1).contiguous().view(torch.uint8),
+                                b.reshape(-1).contiguous().view(torch.uint8)))
+    return bool(torch.equal(a, b))

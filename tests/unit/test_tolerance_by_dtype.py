@@ -26,3 +26,13 @@ def test_unknown_dtypes_and_negative_tolerances_are_refused() -> None:
         CorrectnessSpec(seeds=[1], atol=0, rtol=0, by_dtype={"float13": (1e-3, 1e-3)})
     with pytest.raises(ValueError, match=">= 0"):
         CorrectnessSpec(seeds=[1], atol=0, rtol=0, by_dtype={"float32": (-1.0, 1e-3)})
+
+
+def test_an_input_holding_nan_is_not_mutated_when_its_bytes_are_unchanged() -> None:
+    import torch
+
+    from sandbox.tensors import same_bytes
+
+    x = torch.tensor([[1.0, float("nan")], [3.0, 4.0]])
+    assert same_bytes(x, x.clone()) and not torch.equal(x, x.clone())
+    assert not same_bytes(x, torch.zeros(2, 2)) and same_bytes(torch.tensor(float("nan")), torch.tensor(float("nan")))
