@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from sandbox import harden, identity, protocol
+from sandbox.proc import spawn_principal
 
 ENTRY = "sandbox.problem_proc"
 OWNER = "<problem>"  # identity's owner label for the problem's uid (not a module path)
@@ -61,28 +62,15 @@ class ProblemHandle:
         except (identity.IsolationUnavailable, OSError) as e:
             raise ProblemDied(identity.ISOLATION_CODE, str(e)) from None
         self.uid = self.identity.uid
-        j2p_r, j2p_w = os.pipe()
-        p2j_r, p2j_w = os.pipe()
-        self.sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [sys.executable, "-m", ENTRY, "--read-fd", str(j2p_r), "--write-fd", str(p2j_w),
-               "--fd-sock", str(child_sock.fileno()), "--device", device]
         try:
-            self.proc = subprocess.Popen(
-                cmd, pass_fds=(j2p_r, p2j_w, child_sock.fileno()),
-                env=harden.clean_env(device, self.identity.env()), stdin=subprocess.DEVNULL,
-                start_new_session=True, umask=0o077, user=self.uid, group=self.identity.gid,
-                extra_groups=list(self.identity.groups), cwd=identity.spawn_cwd(self.identity))
+            self.proc, self.wfd, self.rfd, self.sock = spawn_principal(
+                self.identity, device, (),
+                lambda r, w, fd_sock: [sys.executable, "-m", ENTRY, "--read-fd", str(r),
+                                       "--write-fd", str(w), "--fd-sock", str(fd_sock),
+                                       "--device", device])
         except OSError as e:
-            for fd in (j2p_r, j2p_w, p2j_r, p2j_w):
-                os.close(fd)
-            child_sock.close()
-            self.sock.close()
             raise ProblemDied(identity.ISOLATION_CODE,
                               f"cannot start the problem process as uid {self.uid}: {e}") from None
-        os.close(j2p_r)
-        os.close(p2j_w)
-        child_sock.close()
-        self.wfd, self.rfd = j2p_w, p2j_r
         self.started = time.monotonic()
         self.dead = False
 

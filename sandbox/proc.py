@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,35 @@ def _malformed(reply: dict[str, Any]) -> str | None:
     return None
 
 
+def spawn_principal(ident: identity.RunnerIdentity, device: str, pass_fds: tuple[int, ...],
+                    argv: Callable[[int, int, int], list[str]]
+                    ) -> tuple[subprocess.Popen[bytes], int, int, socket.socket]:
+    """Start ``argv(read_fd, write_fd, sock_fd)`` as ``ident`` (own uid, gid and groups, a
+    clean environment, its own session, umask 077) with a pipe each way and a unix socket
+    for file descriptors; returns the process, the judge's write and read ends and its
+    socket. Every descriptor is closed again when the start fails (OSError raised)."""
+    j2c_r, j2c_w = os.pipe()
+    c2j_r, c2j_w = os.pipe()
+    sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        proc = subprocess.Popen(
+            argv(j2c_r, c2j_w, child_sock.fileno()),
+            pass_fds=(j2c_r, c2j_w, child_sock.fileno(), *pass_fds),
+            env=harden.clean_env(device, ident.env()), stdin=subprocess.DEVNULL,
+            start_new_session=True, umask=0o077, user=ident.uid, group=ident.gid,
+            extra_groups=list(ident.groups), cwd=identity.spawn_cwd(ident))
+    except OSError:
+        for fd in (j2c_r, j2c_w, c2j_r, c2j_w):
+            os.close(fd)
+        child_sock.close()
+        sock.close()
+        raise
+    os.close(j2c_r)
+    os.close(c2j_w)
+    child_sock.close()
+    return proc, j2c_w, c2j_r, sock
+
+
 def runner_argv(read_fd: int, write_fd: int, fd_sock: int, module_path: str, entry: str,
                 device: str) -> list[str]:
     """The runner's command line: ``python -m sandbox.runner_boot`` and the arguments that
@@ -116,31 +146,15 @@ class RunnerHandle:
         self.uid = self.identity.uid
         self.device = device
         self.answered = False  # before the first answer, no candidate code has run
-        j2r_r, j2r_w = os.pipe()
-        r2j_r, r2j_w = os.pipe()
         # A unix socket beside the pipes: buffers (memfd, CUDA VMM handles) can be handed
         # over after the runner started, so that it imports torch while the judge does.
-        self.sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [*prefix, *runner_argv(j2r_r, r2j_w, child_sock.fileno(), self.module, entry, device)]
         try:
-            self.proc = subprocess.Popen(
-                cmd, pass_fds=(j2r_r, r2j_w, child_sock.fileno(), *pass_fds),
-                env=harden.clean_env(device, self.identity.env()),
-                stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077,
-                user=self.uid, group=self.identity.gid, extra_groups=list(self.identity.groups),
-                cwd=identity.spawn_cwd(self.identity),
-            )
+            self.proc, self.wfd, self.rfd, self.sock = spawn_principal(
+                self.identity, device, pass_fds,
+                lambda r, w, s: [*prefix, *runner_argv(r, w, s, self.module, entry, device)])
         except OSError as e:  # setgroups/setregid/setreuid refused in the child
-            for fd in (j2r_r, j2r_w, r2j_r, r2j_w):
-                os.close(fd)
-            child_sock.close()
-            self.sock.close()
             raise RunnerFailure(identity.ISOLATION_CODE,
                                 f"cannot start the runner as uid {self.uid}: {e}") from None
-        os.close(j2r_r)
-        os.close(r2j_w)
-        child_sock.close()
-        self.wfd, self.rfd = j2r_w, r2j_r
         self.started = time.monotonic()
 
     def send(self, msg: dict[str, Any], *, pickled: bool = False) -> None:
