@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from sandbox import prestart
+from sandbox.checks import check_outputs, track
 from sandbox.clock import overrun
 from sandbox.device import device_environment
 from sandbox.escape import claim_problem
@@ -25,7 +26,7 @@ from sandbox.outputs import collect_outputs, labels, verify_outputs
 from sandbox.problem_host import make_problem
 from sandbox.proc import RunnerFailure
 from sandbox.sides import MIN_WAIT_S, Side, open_sides
-from sandbox.tensors import Guards, Slot, compare, dtype_code, poison, same_bytes, total_bytes
+from sandbox.tensors import Guards, Slot, poison, same_bytes, total_bytes
 from sandbox.text import clean
 from sandbox.wire import (
     WIRE_VERSION,
@@ -280,38 +281,11 @@ class Evaluation:
 
     def check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
               stage: ErrorStage, where: dict[str, Any], decoys: bool = False) -> None:
-        """``decoys``: the launcher was handed decoys (sandbox.twin): the message says so."""
-        c = self.task.correctness
-        for name, exp in expected.items():
-            atol, rtol = c.tolerance(dtype_code(views[name].dtype))
-            cmp = compare(views[name], exp, atol, rtol, c.max_mismatch_fraction)
-            self._track(cmp.max_abs, cmp.max_rel, cmp.mismatch_fraction)
-            if not cmp.ok:
-                fb = cmp.first_bad or {}
-                untouched = fb.get("actual") is None and fb.get("expected") is not None
-                what = "left unwritten (still poisoned)" if untouched else "wrong"
-                msg = (f"output {name!r} {what} at index {fb.get('index')} "
-                       f"for dims {where.get('dims')}: expected {fb.get('expected')}, got "
-                       f"{fb.get('actual') if not untouched else 'NaN/poison'}; "
-                       f"{cmp.mismatch_fraction:.2%} of elements mismatch")
-                if decoys:
-                    msg += ("; in this kernel-only task the launcher's own code is handed decoy "
-                            "tensors: only the Triton kernels it launches see the real inputs and "
-                            "outputs")
-                bad = {"tensor": name, "index": fb.get("index", []), "expected": fb.get("expected"),
-                       "actual": fb.get("actual"), "dims": where.get("dims", {}),
-                       "seed": where.get("seed"), "shape_kind": where.get("shape_kind"),
-                       "phase": where.get("phase", stage)}
-                self.correctness["first_bad"] = bad
-                raise StageFailure(stage, "wrong_values" if not untouched else "output_untouched",
-                                   msg, detail={"first_bad": bad})
+        """Every output against the reference (:func:`sandbox.checks.check_outputs`)."""
+        check_outputs(self.task.correctness, self.correctness, views, expected, stage, where, decoys)
 
     def _track(self, max_abs: float | None, max_rel: float | None, frac: float) -> None:
-        c = self.correctness
-        for key, v in (("max_abs_error", max_abs), ("max_rel_error", max_rel),
-                       ("mismatch_fraction", frac)):
-            if v is not None and math.isfinite(v):
-                c[key] = max(float(c.get(key) or 0.0), v)
+        track(self.correctness, max_abs, max_rel, frac)
 
     def timed(self, side: Side, slots: list[Slot], check: bool, stage: ErrorStage,
               inputs: dict[str, torch.Tensor] | None = None, buf: int = 0) -> dict[str, Any]:
