@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The batched GPU session behind docs/BENCHMARKS.md's "This revision on H200s": on a host
+# The batched GPU session behind docs/benchmarks-archive.md's "This revision on H200s": on a host
 # with two GPUs (nvidia-h200-x2), two streams at once, each pinned to its GPU (--gpu):
 #   GPU 0: cold `kgrader run`s, runtime attacks with the scan off, acceptance runs, the
 #          field tasks (KernelBench and GPU MODE imports, good/wrong/cheat submissions);
