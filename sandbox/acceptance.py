@@ -11,7 +11,7 @@ function the host decides with) accepts the deciding run; the host owns the deci
 from __future__ import annotations
 
 from sandbox import gpu_idle, rules, stats
-from sandbox.benchmark import SideClock, check_threads, warm_up
+from sandbox.benchmark import SideClock, warm_up
 from sandbox.evaluation import Evaluation
 from sandbox.failure import StageFailure
 from sandbox.gpu_idle import IdleProbe
@@ -34,7 +34,6 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
     slots = ev.slots()
     frac = ev.task.correctness.timed_check_fraction
     clocks = {id(cand): SideClock(ev, cand, "accept"), id(cur): SideClock(ev, cur, "accept")}
-    threads = {id(s): ev.noop_threads(s, "accept") for s in (cand, cur)}
     seq = rules.SequentialSignTest(delta=acc.min_improvement_fraction, alpha=acc.alpha,
                                    looks=acc.looks, point_margin=acc.rule == "gain") \
         if sequential else None
@@ -52,7 +51,6 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
                 last = side
                 try:
                     r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
-                    check_threads(side, r, threads[id(side)], "accept")
                 except StageFailure as e:
                     raise (e.renamed("current_") if side is cur else e) from None
                 clocks[id(side)].add(r)
@@ -67,7 +65,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
                 break
     for side, who in ((cand, "candidate: "), (cur, "current best: ")):
         try:
-            clocks[id(side)].top_up(slots, threads[id(side)])
+            clocks[id(side)].top_up(slots)
             clocks[id(side)].raise_if_escaped(who)
         except StageFailure as e:
             raise (e.renamed("current_") if side is cur else e) from None

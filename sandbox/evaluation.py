@@ -7,7 +7,6 @@ module's public methods; this module imports none of them.
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from sandbox.isolation import check_beside, check_threads
 from sandbox.outputs import collect_outputs, labels, verify_outputs
 from sandbox.problem_host import make_problem
 from sandbox.proc import RunnerFailure
+from sandbox.reply import host_ms, number
 from sandbox.sides import MIN_WAIT_S, Side, open_sides
 from sandbox.tensors import Guards, Slot, poison, same_bytes, total_bytes
 from sandbox.text import clean
@@ -270,14 +270,14 @@ class Evaluation:
             if not getattr(self.problem, "checker_decides", False):  # else: verify_outputs' bound
                 self.check(views, expected, stage, where, decoys=side.audit_ops and not self.problem.returns)
             verify_outputs(self, slots, inputs, views, stage, where, expected)
-        ms, wall, tail = _num(reply.get("ms")), _num(reply.get("wall_ms")), _num(reply.get("tail_ms", 0.0))
+        ms, wall, tail = number(reply.get("ms")), number(reply.get("wall_ms")), number(reply.get("tail_ms", 0.0))
         why = claim_problem(ms, wall, judge_ms, self.dev)
         if why is not None or ms is None:
             raise StageFailure(stage, "timing_inconsistent",
                                f"the runner claimed {reply.get('ms')!r} ms: {why}")
         return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms,
                 "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
-                "threads": int(reply.get("threads", -1)), "host_ms": _host_ms(reply)}
+                "threads": int(reply.get("threads", -1)), "host_ms": host_ms(reply)}
 
     def check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
               stage: ErrorStage, where: dict[str, Any], decoys: bool = False) -> None:
@@ -335,24 +335,14 @@ class Evaluation:
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
-        ms, tail = _num(r.get("ms")), _num(r.get("tail_ms", 0.0))
-        why = claim_problem(ms, _num(r.get("wall_ms")), judge_ms, self.dev)
+        ms, tail = number(r.get("ms")), number(r.get("tail_ms", 0.0))
+        why = claim_problem(ms, number(r.get("wall_ms")), judge_ms, self.dev)
         if why is None and (tail is None or tail < 0):
             why = f"an idle tail of {r.get('tail_ms')!r}"
         if why is not None or ms is None or tail is None:
             raise StageFailure(stage, "timing_inconsistent",
                                f"an empty call claimed {r.get('ms')!r} ms: {why}")
-        return judge_ms, ms, tail, _host_ms(r)
-
-    def noop_threads(self, side: Side, stage: ErrorStage) -> int:
-        """The runner's thread count after an empty call (its word: a lower bound check)."""
-        try:
-            r = side.runner.request({"op": "call", "noop": True},
-                                    self.wait_s(side, self.run_deadline))
-        except RunnerFailure as e:
-            raise self.failure(stage, e) from None
-        threads = r.get("threads")
-        return threads if isinstance(threads, int) and not isinstance(threads, bool) else -1
+        return judge_ms, ms, tail, host_ms(r)
 
     # ---- result ----------------------------------------------------------------------
     def correctness_record(self) -> CorrectnessRecord | None:
@@ -402,20 +392,3 @@ class _Pending:
     deadline: float
     expected: dict[str, torch.Tensor] | None
     where: dict[str, Any]
-
-
-def _host_ms(reply: dict[str, Any]) -> tuple[float, float]:
-    """The runner's host time before and after its timed region (its word: diagnostics)."""
-    h = reply.get("host_ms")
-    if isinstance(h, list) and len(h) == 2:
-        a, b = _num(h[0]), _num(h[1])
-        if a is not None and b is not None:
-            return a, b
-    return -1.0, -1.0
-
-
-def _num(x: Any) -> float | None:
-    """A finite number from a runner's reply, or None (the runner's word is untrusted)."""
-    if isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x):
-        return float(x)
-    return None
