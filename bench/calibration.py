@@ -54,8 +54,8 @@ from grader.evaluate import (  # noqa: E402
 )
 from grader.limits import Limits  # noqa: E402
 from grader.task import load_task  # noqa: E402
-from sandbox.rules import SequentialSignTest, seed_rule  # noqa: E402
-from sandbox.wire import CalibrateWire  # noqa: E402
+from sandbox.contract.rules import SequentialSignTest, seed_rule  # noqa: E402
+from sandbox.contract.wire import CalibrateWire  # noqa: E402
 
 KERNEL = '''import torch
 import triton

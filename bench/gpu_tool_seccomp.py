@@ -2,7 +2,7 @@
 compute-sanitizer), measured outside any sandbox.
 
 Usage on a CUDA host, as root: ``python3 bench/gpu_tool_seccomp.py OUT.json``. For each
-tool and each variant of ``sandbox.seccomp``'s filter (none, the whole filter, the whole
+tool and each variant of ``sandbox.launcher.seccomp``'s filter (none, the whole filter, the whole
 filter less one group of rules), a tiny target is started under the tool as uid 65534
 (``setpriv``); it installs the variant, launches one CUDA kernel inside
 ``cudaProfilerStart``/``Stop`` and exits. Recorded per run: exit status, whether the
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = r'''
 import sys
-from sandbox import seccomp
+from sandbox.launcher import seccomp
 drop = [n for n in sys.argv[1].split(",") if n]
 if sys.argv[1] != "none":
     arch = seccomp.arch_for()

@@ -43,10 +43,10 @@ from calibration import analyse, decide, make_task, source  # noqa: E402
 
 from grader.task import load_task  # noqa: E402
 
-# What a runner does before it is given a module: import torch, then sandbox.runner's own
+# What a runner does before it is given a module: import torch, then sandbox.runner.main's own
 # Triton preparation (a judge's import is the same torch import).
 PREPARE = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-           "from sandbox.runner import prepare_triton\n"
+           "from sandbox.runner.main import prepare_triton\n"
            "prepare_triton('cuda')\n")
 
 

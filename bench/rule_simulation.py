@@ -5,7 +5,7 @@
 Each trial draws pairs ``t_cur = exp(e1)``, ``t_cand = (1 - g) * exp(e2)`` with independent
 normal noise of standard deviation ``sigma`` (per-sample jitter, log scale), feeds them to
 the judge's own stopping logic (``SequentialSignTest``, looks 25/50/100/200) and decides
-with each rule exactly as ``sandbox.rules.rule_accepts`` does. Reports, per true gain
+with each rule exactly as ``sandbox.contract.rules.rule_accepts`` does. Reports, per true gain
 ``g``, the share of trials accepted and the mean number of pairs used.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sandbox import rules
+from sandbox.contract import rules
 
 LOOKS = (25, 50, 100, 200)
 

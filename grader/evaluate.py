@@ -1,9 +1,9 @@
 """The pipeline: scan -> stage -> launch -> collect -> report.
 
 The host never imports candidate code, torch or triton. It takes an in-memory
-:class:`EvalRequest`, scans the source, writes the judge's :class:`sandbox.wire.JudgeRequest`
+:class:`EvalRequest`, scans the source, writes the judge's :class:`sandbox.contract.wire.JudgeRequest`
 as a secret file, runs the judge under a backend, and turns the authenticated
-:class:`sandbox.wire.Record` into a :class:`grader.report.model.Report`.
+:class:`sandbox.contract.wire.Record` into a :class:`grader.report.model.Report`.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from grader.scan import load_policy, read_candidate, scan_source
 from grader.scan.policy import Policy
 from grader.shapes import draw_shapes
 from grader.task import TaskSpec, load_task
-from sandbox import wire
+from sandbox.contract import wire
 
 log = structlog.get_logger("kgrader.evaluate")
 StageName = Literal["compile", "correctness", "benchmark"]
 DeviceName = Literal["auto", "cpu", "cuda", "rocm"]
-JUDGE_ARGV = ("python3", "-m", "sandbox.launch")  # the launcher execs the judge
+JUDGE_ARGV = ("python3", "-m", "sandbox.launcher.launch")  # the launcher execs the judge
 
 
 class Source(BaseModel):
@@ -140,7 +140,7 @@ def seal_inputs(in_dir: Path) -> None:
     """Make ``in/`` and every source in it the judge's alone: 0400 files in a 0700 folder,
     owned by the judge's uid. A runner can then open no side's source, not even list them;
     the judge copies each runner's own module into that runner's private folder
-    (``sandbox.identity.install_module``), and refuses a source others could read. The
+    (``sandbox.launcher.identity.install_module``), and refuses a source others could read. The
     docker backend binds ``in/`` unchanged, so the uid is the same number inside.
 
     Raises :class:`InfrastructureError` where the host cannot give the files away (not

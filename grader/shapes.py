@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sandbox.wire import DTYPE_CODES
+from sandbox.contract.wire import DTYPE_CODES
 
 if TYPE_CHECKING:
     from grader.report.model import ShapeSets

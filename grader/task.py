@@ -22,7 +22,7 @@ from grader.costexpr import compile_expr, eval_expr
 from grader.errors import TaskError
 from grader.limits import Limits
 from grader.shapes import GenerateSpec
-from sandbox import wire
+from sandbox.contract import wire
 
 DType = Literal["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]
 DTYPE_BYTES: dict[str, int] = {

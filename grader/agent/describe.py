@@ -28,7 +28,7 @@ from grader.report.redact import facts_for, scrub_text, scrub_tree
 from grader.scan import load_policy
 from grader.scan.policy import Policy
 from grader.task import TaskSpec, load_task
-from sandbox.wire import DTYPE_CODES
+from sandbox.contract.wire import DTYPE_CODES
 
 __all__ = ["describe_task", "policy_summary"]
 

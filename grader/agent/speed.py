@@ -67,7 +67,7 @@ def paired_medians(report: Report) -> tuple[float | None, float | None]:
 
 
 # The CPU judge times a call as its round trip less an empty call's, floored at 1e-6 ms
-# (sandbox.benchmark): a median at that floor is "too short to tell", not a time.
+# (sandbox.judge.benchmark): a median at that floor is "too short to tell", not a time.
 CLOCK_FLOOR_MS = 1e-6
 _AT_FLOOR = ("the {what}'s paired median is at the judge clock's floor ({floor} ms): on the "
              "CPU a call is timed as its round trip less an empty call's, and a call this short "

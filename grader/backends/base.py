@@ -1,7 +1,7 @@
 """The one interface every sandbox backend implements.
 
 A backend runs one command (``SandboxSpec.argv``, unchanged: in production
-``python3 -m sandbox.launch``) inside an isolated environment with this fixed layout,
+``python3 -m sandbox.launcher.launch``) inside an isolated environment with this fixed layout,
 whatever the mechanism:
 
 =================  ======  =====================================================
@@ -18,7 +18,7 @@ path in sandbox    mode    holds
 Privilege contract (the same on every backend): the sandbox's first process runs as uid
 0 *inside* the sandbox with exactly :data:`LAUNCH_CAPS` in its effective, permitted and
 bounding sets, ``no_new_privs`` set, in its own pid, mount, ipc, uts and network
-namespaces (loopback only). That launcher (``sandbox/launch.py``) drops to the judge's
+namespaces (loopback only). That launcher (``sandbox/launcher/launch.py``) drops to the judge's
 uid 65534 and execs the judge; the judge starts each runner under its own uid. Device
 nodes of the GPUs given are usable by unprivileged uids: world read-write, or through the
 supplementary groups listed in ``KGRADER_DEVICE_GIDS`` (comma-separated) for the launcher
@@ -45,7 +45,7 @@ from grader.errors import UsageError
 from grader.limits import LimitName, Limits
 
 # The layout is part of the host<->judge contract: defined once, in the wire module.
-from sandbox.wire import (
+from sandbox.contract.wire import (
     HARNESS_MOUNT,
     IN_MOUNT,
     OUT_MOUNT,
@@ -54,8 +54,8 @@ from sandbox.wire import (
     SECRET_NAME,
     Device,
 )
-from sandbox.wire import JUDGE_GID as SANDBOX_GID
-from sandbox.wire import JUDGE_UID as SANDBOX_UID
+from sandbox.contract.wire import JUDGE_GID as SANDBOX_GID
+from sandbox.contract.wire import JUDGE_UID as SANDBOX_UID
 
 if TYPE_CHECKING:
     from grader.backends.gate import Turn

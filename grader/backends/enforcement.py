@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandbox.wire import Device
+from sandbox.contract.wire import Device
 
 
 class _Frozen(BaseModel):

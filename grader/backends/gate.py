@@ -3,7 +3,7 @@
 A leaderboard worker can start evaluation B's sandbox while evaluation A still holds the
 GPU. B's judge reads its request, starts its runners and imports torch (CPU work only,
 no candidate code: runners import their module only when the judge asks), then blocks
-on a FIFO in its own output folder, :data:`sandbox.wire.GATE_NAME`, before it touches the
+on a FIFO in its own output folder, :data:`sandbox.contract.wire.GATE_NAME`, before it touches the
 device. The host writes to that FIFO only while it holds the device's
 :class:`MeasureGate`, and gives the gate back only after A's whole sandbox is dead (the
 supervisor killed the tree), so no GPU work of A's candidate overlaps B's.
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sandbox import wire
+from sandbox.contract import wire
 
 MAX_WAIT_FACTOR = 20.0
 POLL_S = 0.02

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.errors import SandboxUnavailableError, UsageError
-from sandbox.wire import Device
+from sandbox.contract.wire import Device
 
 NVIDIA_ID = re.compile(r"^(\d+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+)$")
 RENDER_NODE = re.compile(r"^(?:/dev/dri/)?renderD(\d+)$")

@@ -8,8 +8,8 @@
   the sandbox, and the ``sanitize`` request of an evaluation;
 * :mod:`~grader.diagnostics.models` -- record and report shapes.
 
-The sandbox side lives in ``sandbox/profiling.py`` (tool-wrapped runners, the profile
-mode, the sanitized correctness stage) and ``sandbox/counters.py`` (parsers).
+The sandbox side lives in ``sandbox/tools/profiling.py`` (tool-wrapped runners, the profile
+mode, the sanitized correctness stage) and ``sandbox/tools/counters.py`` (parsers).
 """
 
 from grader.diagnostics.models import (

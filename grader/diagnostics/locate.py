@@ -1,7 +1,7 @@
 """Finding Nsight Compute and compute-sanitizer on the host, and making them visible in the
 bwrap sandbox.
 
-The judge looks for the tools itself (inside the sandbox: ``sandbox.profiling.find_tool``);
+The judge looks for the tools itself (inside the sandbox: ``sandbox.tools.profiling.find_tool``);
 the host's part is to pass where it found them and, for the bwrap backend, to bind that
 folder read-only. Folders under ``/usr`` and ``/opt/nvidia`` are already bound for a GPU
 run; any other one is added to ``KGRADER_BWRAP_RO`` (read by
@@ -19,7 +19,7 @@ from typing import Literal
 
 import structlog
 
-from sandbox import wire
+from sandbox.contract import wire
 
 log = structlog.get_logger("kgrader.diagnostics")
 

@@ -1,6 +1,6 @@
 """Shapes of the diagnostics the report and the agent tool show (:class:`Diagnostics`).
 
-What the judge records is the wire contract's :class:`sandbox.wire.DiagnosticsRecord`
+What the judge records is the wire contract's :class:`sandbox.contract.wire.DiagnosticsRecord`
 (parsed strictly with the rest of the record); :mod:`grader.diagnostics.run` turns it
 into these models.
 

@@ -2,7 +2,7 @@
 
 Names were checked against Nsight Compute 2025.3 on an H200 (sm_90); every one printed a
 value there. Values arrive in base units (``--print-units base``: ns, bytes, %, counts),
-already parsed by :mod:`sandbox.counters`. A metric missing from the record (an older
+already parsed by :mod:`sandbox.tools.counters`. A metric missing from the record (an older
 ncu, another architecture) leaves its field ``None`` with the reason, never a guess.
 """
 
@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 
 from grader.diagnostics.models import KernelCounters, StallReason
-from sandbox.wire import KernelRecord
+from sandbox.contract.wire import KernelRecord
 
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
 STALL_SUFFIX = "_per_issue_active.ratio"

@@ -30,7 +30,7 @@ from grader.diagnostics.models import (
 from grader.diagnostics.ncu import METRICS, counters, group_launches
 from grader.report.model import Report, ReportError
 from grader.task import TaskSpec
-from sandbox import wire
+from sandbox.contract import wire
 
 WARMUP_CALLS = 2
 PROFILED_CALLS = 2

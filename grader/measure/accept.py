@@ -1,6 +1,6 @@
 """The acceptance decision from paired samples, and aggregates over tasks.
 
-:func:`decide` computes both acceptance rules from ``sandbox.rules`` (the same code the
+:func:`decide` computes both acceptance rules from ``sandbox.contract.rules`` (the same code the
 judge runs, so host and sandbox cannot disagree on a number) and lets the task's
 ``AcceptanceSpec.rule`` decide. It never raises: too few pairs or a broken timing is a
 rejection whose reason says so.
@@ -27,9 +27,9 @@ from typing import Any
 
 from grader.report.model import AcceptanceResult, RuleOutcome
 from grader.task import AcceptanceSpec
-from sandbox import wire
-from sandbox.rules import SeedRuleResult, SignTestResult, controlled_rule, seed_rule
-from sandbox.stats import median, percentile
+from sandbox.contract import wire
+from sandbox.contract.rules import SeedRuleResult, SignTestResult, controlled_rule, seed_rule
+from sandbox.contract.stats import median, percentile
 
 __all__ = [
     "bootstrap_ci",

@@ -18,7 +18,7 @@ replace the file atomically (temp file, fsync, rename), so readers never see hal
   candidates — for ``bwrap`` the host's own Python, torch and triton versions (the
   sandbox binds the host's interpreter, so these *are* the sandbox's), for ``docker``
   the image id of the image the backend would run; and a hash of the calibration code
-  (``sandbox/peaks.py``), so a changed method invalidates old numbers. The cache is
+  (``sandbox/tools/peaks.py``), so a changed method invalidates old numbers. The cache is
   keyed on the sha256 of the probe.
 * the **sandbox fingerprint** comes from the measurement itself: the environment the
   judge reported (:func:`sandbox_fingerprint` of ``payload.environment``), so the stored
@@ -54,7 +54,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from grader.errors import UsageError
-from sandbox.wire import Record
+from sandbox.contract.wire import Record
 
 __all__ = [
     "CACHE_VERSION",
@@ -74,7 +74,7 @@ log = structlog.get_logger("kgrader.hardware")
 
 CACHE_VERSION = 1
 MAX_ENTRIES = 64
-_CALIBRATION_CODE = Path(__file__).resolve().parents[2] / "sandbox" / "peaks.py"
+_CALIBRATION_CODE = Path(__file__).resolve().parents[2] / "sandbox" / "tools" / "peaks.py"
 # Keys of the judge's environment report that identify the software and the device.
 _FINGERPRINT_KEYS = ("device_name", "device_uuid", "driver", "cpu_count", "torch", "triton",
                      "python", "cuda", "sm")

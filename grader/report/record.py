@@ -16,7 +16,7 @@ import re
 import stat
 from pathlib import Path
 
-from sandbox import text, wire
+from sandbox.contract import text, wire
 
 # The record's schema is the wire contract itself, parsed strictly by
 # ``wire.record_from_json`` (unknown keys, missing keys, wrong types) after the MAC
@@ -55,7 +55,7 @@ def _caps(rec: wire.Record) -> str | None:
 
 
 def _clean_text(body: str) -> str:
-    """The record with every string made safe (``sandbox.text.clean_strings``): the judge
+    """The record with every string made safe (``sandbox.contract.text.clean_strings``): the judge
     cleans what a runner said where it enters the record, and this is the host's own pass,
     for what the judge missed (a tool's output, a name). A lone surrogate or an escape
     sequence in a candidate's text must not make pydantic refuse, or a terminal obey, the

@@ -45,14 +45,14 @@ from pydantic import ValidationError
 from grader.diagnostics.models import Diagnostics
 from grader.report.model import BadElement, Report, ReportError
 from grader.task import TaskSpec
-from sandbox.wire import DTYPE_CODES
+from sandbox.contract.wire import DTYPE_CODES
 
 __all__ = ["HIDDEN_KEY", "ShapeFacts", "facts_for", "redact", "redact_diagnostics", "redact_json",
            "redact_text", "scrub_text", "scrub_tree"]
 
 HIDDEN_KEY = "hidden_shape"
 WITHHELD = "[withheld: the run included hidden shapes]"
-# Codes a runner's own reply may carry (sandbox.runner, sandbox.proc): the runner chooses
+# Codes a runner's own reply may carry (sandbox.runner.main, sandbox.launcher.proc): the runner chooses
 # them, so a tainted error keeps one only from this fixed vocabulary (a few bits at most).
 RUNNER_CODES = frozenset({
     "exception", "syntax", "import", "missing_entrypoint", "op_audit_tampered", "memory_limit",
@@ -247,7 +247,7 @@ def _tainted(e: ReportError, facts: ShapeFacts) -> tuple[bool, int | None]:
     fb = d.get("first_bad")
     kind = d.get("shape_kind", fb.get("shape_kind") if isinstance(fb, Mapping) else None)
     if e.stage == "correctness" and kind == "tune":
-        return False, None  # the judge's mark (sandbox.evaluation): runs on tune shapes come first
+        return False, None  # the judge's mark (sandbox.judge.evaluation): runs on tune shapes come first
     return True, k
 
 
@@ -357,7 +357,7 @@ def redact(report: Report, facts: ShapeFacts) -> Report:
 
 def _sanitize_warning(w: str, facts: ShapeFacts) -> str:
     # The memory checker's fallback quotes the tool run's own failure, which came after the
-    # candidate saw hidden shapes (sandbox/profiling.py).
+    # candidate saw hidden shapes (sandbox/tools/profiling.py).
     if facts.has_hidden and w.startswith("sanitize") and "could not check the candidate" in w:
         return w.split("could not check the candidate", 1)[0] + "could not check the candidate " \
             f"here {WITHHELD}"

@@ -2,7 +2,7 @@
 
 Messages, warnings and reasons hold the candidate's text. Nothing of it is interpreted:
 every line is a :class:`rich.text.Text` built from plain strings (no markup is parsed),
-cleaned of control characters (:func:`sandbox.text.clean`), and printed indented, with
+cleaned of control characters (:func:`sandbox.contract.text.clean`), and printed indented, with
 its wrapped and continuation lines indented too. The verdict is the only line that starts
 at the margin, so no text a candidate writes can draw a second one.
 """
@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.report.model import Report
-from sandbox.text import clean
+from sandbox.contract.text import clean
 
 _SHOWN = 100_000  # a report's own caps bound its text; this only bounds the terminal
 

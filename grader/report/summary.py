@@ -1,6 +1,6 @@
 """Turning a verified judge record and the backend's outcome into the report.
 
-The report's parts are built from the wire record (:mod:`sandbox.wire`), never beside
+The report's parts are built from the wire record (:mod:`sandbox.contract.wire`), never beside
 it; the acceptance decision, the replicate's veto included, is :mod:`grader.measure.accept`'s.
 """
 
@@ -18,7 +18,7 @@ from grader.report.model import (
 )
 from grader.report.record import ResultProblem
 from grader.task import TaskSpec
-from sandbox import text, wire
+from sandbox.contract import text, wire
 
 # ReportError.message's own cap: a longer message is cut, never a reason to fail the report.
 MESSAGE_MAX = 4000

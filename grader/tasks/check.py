@@ -23,7 +23,7 @@ from grader.errors import InfrastructureError, TaskError
 from grader.shapes import DrawnShapes, bound_shape, named, resolve_shapes
 from grader.task import DTYPE_BYTES, TaskSpec
 from grader.tasks.common import ImportedTask
-from sandbox.wire import DTYPE_CODES
+from sandbox.contract.wire import DTYPE_CODES
 
 # Copies of a shape's tensors the judge holds at once (buffer, inputs, expected outputs).
 HELD_COPIES = 3

@@ -14,7 +14,7 @@ atol=)`` when the reference spells them as literals. ``check_implementation`` ru
 every checked call and decides values and dtypes (kgrader adds only a bound against
 untouched or NaN outputs) unless the task sets ``problem.strict``. Which generated tensors
 are output buffers the candidate may write is decided in the sandbox by the reference's
-behaviour (:mod:`sandbox.buffers`); the syntactic guess here is only its fallback.
+behaviour (:mod:`sandbox.problem.buffers`); the syntactic guess here is only its fallback.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def scratch_positions(fn: ast.FunctionDef) -> list[int]:
     never filled in place afterwards (``uniform_``, ``x[...] = ``: those are inputs).
 
     Only a fallback: the problem process classifies the generated tensors by the
-    reference's behaviour (:mod:`sandbox.buffers`) and uses this guess only where the
+    reference's behaviour (:mod:`sandbox.problem.buffers`) and uses this guess only where the
     reference is not deterministic."""
     made: dict[str, str] = {}
     filled: set[str] = set()

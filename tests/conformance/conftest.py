@@ -25,7 +25,7 @@ def _judge_under_a_launcher() -> Iterator[None]:
     """Every evaluation starts its judge through a launcher, as in production.
 
     The backends run ``SandboxSpec.argv`` unchanged as uid 0 with the launch capabilities;
-    until ``sandbox/launch.py`` exists (and the pipeline passes it), the judge's argv is
+    until ``sandbox/launcher/launch.py`` exists (and the pipeline passes it), the judge's argv is
     wrapped in the test stand-in (:mod:`.standin_launch`) so the judge runs as uid 65534.
     """
     import grader.evaluate as evaluate_module

@@ -1,7 +1,7 @@
 """``kgrader`` as a subprocess, with the judge under the launcher stand-in when needed.
 
 Usage: ``python3 tests/conformance/kgrader_cli.py run TASK CANDIDATE ...`` (any kgrader
-arguments). Exactly the real CLI, except that until ``sandbox/launch.py`` exists the
+arguments). Exactly the real CLI, except that until ``sandbox/launcher/launch.py`` exists the
 backend is wrapped in :class:`standin_launch.StandinLaunch`, as in the in-process tests.
 """
 

@@ -1,4 +1,4 @@
-"""A minimal stand-in for ``sandbox/launch.py``, for tests only, until the real one exists.
+"""A minimal stand-in for ``sandbox/launcher/launch.py``, for tests only, until the real one exists.
 
 It checks the privilege contract every backend must give the sandbox's first process
 (uid 0, effective = permitted = bounding = CAP_SETUID|CAP_SETGID|CAP_SYS_ADMIN,
@@ -19,8 +19,8 @@ from pathlib import Path
 from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
 
 CONTRACT_BROKEN = 121
-JUDGE_ARGV = ("python3", "-m", "sandbox.judge")
-LAUNCH_ARGV = ("python3", "-m", "sandbox.launch")
+JUDGE_ARGV = ("python3", "-m", "sandbox.judge.main")
+LAUNCH_ARGV = ("python3", "-m", "sandbox.launcher.launch")
 REAL_LAUNCHER = Path(__file__).resolve().parents[2] / "sandbox" / "launch.py"
 
 SOURCE = r"""
@@ -57,7 +57,7 @@ os.execv(argv[0], argv)
 def launch_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
     """``argv`` as the sandbox's first process should run it.
 
-    The real launcher's argv passes unchanged once ``sandbox/launch.py`` exists; anything
+    The real launcher's argv passes unchanged once ``sandbox/launcher/launch.py`` exists; anything
     else (the judge, a test snippet) runs under the stand-in.
     """
     if argv[:3] == LAUNCH_ARGV and REAL_LAUNCHER.is_file():

@@ -1,8 +1,8 @@
-"""Run by ``python3 -m sandbox.launch --then tests.e2e.isolation_probe`` in a bwrap sandbox.
+"""Run by ``python3 -m sandbox.launcher.launch --then tests.e2e.isolation_probe`` in a bwrap sandbox.
 
 Prints one JSON object. ``KG_PROBE=status`` reports only this process's credentials (the
 judge's, after the launcher); ``KG_PROBE=judge`` plays the judge: it starts processes under
-runner identities exactly as ``sandbox.proc`` does and records what each can see and do.
+runner identities exactly as ``sandbox.launcher.proc`` does and records what each can see and do.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from sandbox import caps, identity
+from sandbox.launcher import caps, identity
 
 _CHILD = """
 import json, os, signal, sys, time

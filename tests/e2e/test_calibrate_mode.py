@@ -13,8 +13,8 @@ import pytest
 from grader.evaluate import mode_request, run_judge_mode
 from grader.limits import Limits
 from grader.task import load_task
-from sandbox.identity import RUNNER_IDS
-from sandbox.wire import CalibrateWire, Record
+from sandbox.contract.wire import CalibrateWire, Record
+from sandbox.launcher.identity import RUNNER_IDS
 from tests.e2e._backends import backend_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]

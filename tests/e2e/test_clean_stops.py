@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from grader.backends.cleanup import OWNER_FILE, read_marker
-from sandbox import wire
+from sandbox.contract import wire
 
 from ._backends import backend_or_skip
 

@@ -116,7 +116,7 @@ def test_gpu_work_left_in_a_second_context_is_stopped() -> None:
     """tests/attacks/gpu/second_context_spin.py leaves a 3 ms spin kernel in a CUDA context of
     its own after each call (scan off). On an H200 (driver 580) creating that context started
     a driver thread at import, which the judge's thread count refuses; the judge's idle
-    probe before each paired call (sandbox/gpu_idle.py) is the layer behind it."""
+    probe before each paired call (sandbox/judge/gpu_idle.py) is the layer behind it."""
     r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
                              candidate=ROOT / "tests/attacks/gpu/second_context_spin.py",
                              current=ROOT / "examples/vector_add/candidates/good.py",

@@ -1,4 +1,4 @@
-"""Whole evaluations whose judge starts through ``sandbox.launch``: runners as principals.
+"""Whole evaluations whose judge starts through ``sandbox.launcher.launch``: runners as principals.
 
 The bwrap backend here is the real one: uid 0 with CAP_SETUID, CAP_SETGID and
 CAP_SYS_ADMIN, then the launcher. The static scan is

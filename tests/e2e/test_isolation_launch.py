@@ -1,7 +1,7 @@
-"""``sandbox.launch`` and ``sandbox.identity`` in a real bwrap sandbox (as the backends run them).
+"""``sandbox.launcher.launch`` and ``sandbox.launcher.identity`` in a real bwrap sandbox (as the backends run them).
 
 bwrap builds the pid, net, ipc and uts namespaces as root and keeps uid 0 with exactly the
-capabilities of the launch contract; ``sandbox.launch --then tests.e2e.isolation_probe``
+capabilities of the launch contract; ``sandbox.launcher.launch --then tests.e2e.isolation_probe``
 then runs a probe instead of the judge, which reports what the judge would hold and what
 processes started under runner identities can see and do.
 """
@@ -48,7 +48,7 @@ def launch(probe: str, caps: tuple[str, ...] = CONTRACT, then: tuple[str, ...] |
     for k, v in {"PYTHONPATH": REPO_MOUNT, "KG_PROBE": probe, **(env or {})}.items():
         argv += ["--setenv", k, v]
     tail = list(then) if then is not None else ["--then", "tests.e2e.isolation_probe"]
-    argv += ["--", sys.executable, "-m", "sandbox.launch", *tail]
+    argv += ["--", sys.executable, "-m", "sandbox.launcher.launch", *tail]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 

@@ -3,7 +3,7 @@
 Each problem in tests/attacks/problems/ is imported with `kgrader task import kernelbench`
 and graded with a submission that computes nothing (zeros). A problem that could patch
 the judge, read its secrets or read the submission turns that into `ok: true`; problem
-code runs in a process of its own (sandbox/problem_host.py), so every attack must end in
+code runs in a process of its own (sandbox/problem/host.py), so every attack must end in
 the submission's own `wrong_values`, never a pass, never an infrastructure error."""
 
 from __future__ import annotations

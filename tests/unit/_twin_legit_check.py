@@ -1,5 +1,5 @@
 """Run every legitimate kernel of tests/legit twice, plainly and through the runner's twins
-(sandbox.twin): the judge's tensors must end up identical. Run as a script (Triton's
+(sandbox.runner.twin): the judge's tensors must end up identical. Run as a script (Triton's
 interpreter must be chosen before Triton is imported); prints one JSON line per file.
 ``--cuda`` first: on the GPU, with Triton's compiler (autotuned kernels included)."""
 
@@ -19,8 +19,8 @@ DEVICE = "cuda" if CUDA else "cpu"
 
 import torch  # noqa: E402
 
-from sandbox.op_audit import audited  # noqa: E402
-from sandbox.twin import Twins, install  # noqa: E402
+from sandbox.runner.op_audit import audited  # noqa: E402
+from sandbox.runner.twin import Twins, install  # noqa: E402
 
 TWINS = Twins()
 install(lambda: TWINS)

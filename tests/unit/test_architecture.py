@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # What grader/ may import from sandbox/: the contract, and the statistics both sides must
 # compute identically (the judge stops a sequential test where the host decides it), and
 # the one rule that makes a candidate's text safe (the judge's record, the host's reports).
-SHARED = {"sandbox.wire", "sandbox.stats", "sandbox.rules", "sandbox.text"}
+SHARED = {"sandbox.contract.wire", "sandbox.contract.stats", "sandbox.contract.rules", "sandbox.contract.text"}
 MAX_LINES = 450
 
 
@@ -53,7 +53,7 @@ def test_grader_imports_only_the_shared_contract_from_sandbox() -> None:
     for name, path in mods.items():
         if name.startswith("grader"):
             used = {m for m in _imports(path, False) if m.startswith("sandbox")}
-            # "from sandbox import wire" names the module sandbox.wire
+            # "from sandbox import wire" names the module sandbox.contract.wire
             bad = used - SHARED
             assert not bad, f"{name} imports {bad} from the sandbox (only {SHARED})"
 

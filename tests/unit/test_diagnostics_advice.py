@@ -17,8 +17,8 @@ from grader.diagnostics.ncu import METRICS, counters, group_launches
 from grader.diagnostics.run import build_diagnostics
 from grader.measure.profile import analyze, with_counters
 from grader.task import load_task
-from sandbox.counters import parse_ncu_log
-from sandbox.wire import DiagnosticsRecord, KernelRecord, ProfileRecord, SanitizerRecord
+from sandbox.contract.wire import DiagnosticsRecord, KernelRecord, ProfileRecord, SanitizerRecord
+from sandbox.tools.counters import parse_ncu_log
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "ncu"

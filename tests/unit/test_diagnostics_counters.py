@@ -1,4 +1,4 @@
-"""sandbox/counters.py: reading ncu CSV and compute-sanitizer logs, real and hostile.
+"""sandbox/tools/counters.py: reading ncu CSV and compute-sanitizer logs, real and hostile.
 
 The ``h200_*`` fixtures are real captures (Nsight Compute / compute-sanitizer 2025.3.1 on
 an H200, through kgrader's own profile mode and sanitized correctness stage); the others
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grader.diagnostics.ncu import METRICS
-from sandbox.counters import (
+from sandbox.tools.counters import (
     MAX_FINDINGS,
     ncu_refusal,
     parse_ncu_log,

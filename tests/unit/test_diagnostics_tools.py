@@ -17,10 +17,12 @@ import torch
 
 from grader.diagnostics import locate
 from grader.errors import UsageError
-from sandbox import harden, profiling, wire
-from sandbox.failure import StageFailure
-from sandbox.tool_runner import on_private_copies, parse
-from sandbox.wire import SanitizeWire
+from sandbox.contract import wire
+from sandbox.contract.wire import SanitizeWire
+from sandbox.judge.failure import StageFailure
+from sandbox.launcher import harden
+from sandbox.tools import profiling
+from sandbox.tools.tool_runner import on_private_copies, parse
 
 
 def _exe(path: Path) -> Path:
@@ -39,7 +41,7 @@ def test_ncu_prefix_profiles_only_the_chosen_calls_without_clock_control() -> No
                         ("--metrics", "a__b.sum,c__d.pct"), ("--log-file", "/tmp/kg-ncu-x.csv")):
         assert args[args.index(flag) + 1] == value
     # The tool starts the tool runner, whose own arguments end at "--".
-    assert args[-6:] == [sys.executable, "-m", "sandbox.tool_runner", "--profile-calls", "2:3", "--"]
+    assert args[-6:] == [sys.executable, "-m", "sandbox.tools.tool_runner", "--profile-calls", "2:3", "--"]
 
 
 def test_sanitizer_prefix_turns_the_allocator_cache_off_and_names_the_tool() -> None:
@@ -78,7 +80,7 @@ def test_read_capped_refuses_links_and_fifos_and_caps(tmp_path: Path) -> None:
 
 
 def test_tool_runner_reads_the_command_line_the_judge_really_builds() -> None:
-    from sandbox.proc import runner_argv
+    from sandbox.launcher.proc import runner_argv
 
     argv = ["--profile-calls", "2:3", "--",
             *runner_argv(5, 6, 7, "/kg/in/candidate.py", "launch", "cuda")]
@@ -97,13 +99,13 @@ def test_tool_runner_reads_the_command_line_the_judge_really_builds() -> None:
 def test_tool_runner_locks_down_before_it_imports_torch() -> None:
     """Under a tool the runner is as confined as ever: lockdown fails closed (this test
     process is not a runner: wrong uid) and exits before torch is imported."""
-    from sandbox.proc import runner_argv
+    from sandbox.launcher.proc import runner_argv
 
-    r = subprocess.run([sys.executable, "-m", "sandbox.tool_runner", "--private-args", "--",
+    r = subprocess.run([sys.executable, "-m", "sandbox.tools.tool_runner", "--private-args", "--",
                         *runner_argv(0, 1, 2, "m.py", "launch", "cpu")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == harden.LOCKDOWN_EXIT, r.stderr
-    imported = subprocess.run([sys.executable, "-c", "import sys, sandbox.tool_runner; "
+    imported = subprocess.run([sys.executable, "-c", "import sys, sandbox.tools.tool_runner; "
                                "print('torch' in sys.modules)"], capture_output=True, text=True,
                               timeout=60)
     assert imported.stdout.strip() == "False", imported.stderr
@@ -125,7 +127,7 @@ def test_private_copies_are_distinct_and_copied_back() -> None:
 
 
 def test_finding_becomes_a_correctness_failure_naming_kernel_and_access() -> None:
-    from sandbox.counters import parse_sanitizer_log
+    from sandbox.tools.counters import parse_sanitizer_log
 
     text = (Path(__file__).resolve().parents[1] / "data/sanitizer/h200_memcheck_unmasked_tail.txt").read_text()
     err = profiling._finding_error("memcheck", parse_sanitizer_log(text), None)

@@ -19,7 +19,7 @@ def _spec(tmp_path: Path, **kw: object) -> SandboxSpec:
     base: dict[str, object] = {
         "in_dir": tmp_path / "in",
         "out_dir": tmp_path / "out",
-        "argv": ("python3", "-m", "sandbox.judge"),
+        "argv": ("python3", "-m", "sandbox.judge.main"),
         "limits": Limits(memory_mib=512, pids=64, tmpfs_mib=32, cpus=1.5),
         "label": "t1",
     }
@@ -51,7 +51,7 @@ def test_launcher_runs_as_root_in_the_container_with_exactly_three_capabilities(
 
 
 def test_argv_is_passed_unchanged(tmp_path: Path) -> None:
-    argv = ("python3", "-m", "sandbox.launch", "--x")
+    argv = ("python3", "-m", "sandbox.launcher.launch", "--x")
     kw = container_kwargs(_spec(tmp_path, argv=argv), "img:1")
     assert [*kw["entrypoint"], *kw["command"]] == list(argv)
 
@@ -95,7 +95,7 @@ def test_environment_is_explicit_and_drops_proxies(tmp_path: Path) -> None:
     assert not any(k.lower().endswith("_proxy") for k in got)
     assert got["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert got["KGRADER_DEVICE_GIDS"] == ""
-    assert kw["entrypoint"] == ["python3"] and kw["command"] == ["-m", "sandbox.judge"]
+    assert kw["entrypoint"] == ["python3"] and kw["command"] == ["-m", "sandbox.judge.main"]
 
 
 def test_cpu_run_requests_no_devices(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from sandbox.escape import claim_problem, escaped_time
+from sandbox.judge.escape import claim_problem, escaped_time
 
 
 def _noisy(base: float, n: int, rng: random.Random, jitter: float) -> list[float]:

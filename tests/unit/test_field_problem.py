@@ -1,6 +1,6 @@
 """The judge's field problems and the runner's returned-output contract, in process.
 
-These exercise sandbox/field.py, sandbox/pytree.py and sandbox/returned.py directly on
+These exercise sandbox/problem/field.py, sandbox/problem/pytree.py and sandbox/runner/returned.py directly on
 the CPU (no sandbox; the in-process problems are what the problem process runs): the end-to-end grading is in tests/e2e/test_field_tasks.py.
 """
 
@@ -17,15 +17,15 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from grader.tasks import gpumode, kernelbench
-from sandbox import buffers
-from sandbox.failure import StageFailure
-from sandbox.field import GpumodeProblem, local_problem
-from sandbox.outputs import sanity_bound
-from sandbox.problem import DpsProblem
-from sandbox.pytree import UnsupportedValue, flatten, rebuild
-from sandbox.returned import Returned
-from sandbox.tensors import layout, poison, total_bytes, view
-from sandbox.wire import TaskWire
+from sandbox.contract.wire import TaskWire
+from sandbox.judge.failure import StageFailure
+from sandbox.judge.outputs import sanity_bound
+from sandbox.problem import buffers
+from sandbox.problem.base import DpsProblem
+from sandbox.problem.field import GpumodeProblem, local_problem
+from sandbox.problem.pytree import UnsupportedValue, flatten, rebuild
+from sandbox.problem.tensors import layout, poison, total_bytes, view
+from sandbox.runner.returned import Returned
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "field"
 
@@ -181,7 +181,7 @@ def test_collect_refuses_while_a_torch_mode_is_left_active() -> None:
 
 # ---- the judge's side of the problem process: what it believes of the layout -----------
 def test_the_judge_refuses_a_layout_the_problem_process_should_not_have_sent() -> None:
-    from sandbox.problem_host import _tensor_wires
+    from sandbox.problem.host import _tensor_wires
 
     good = [{"name": "in0", "role": "input", "dtype": "float32", "shape": [4, 8]},
             {"name": "out0", "role": "output", "dtype": "float16", "shape": [4]}]
@@ -206,7 +206,7 @@ def test_the_judge_refuses_a_layout_the_problem_process_should_not_have_sent() -
         assert (e.value.error.code, e.value.error.origin) == ("reference_failed", "infrastructure")
 
 
-# ---- output buffers by behaviour (sandbox/buffers.py) ------------------------------------
+# ---- output buffers by behaviour (sandbox/problem/buffers.py) ------------------------------------
 
 def _classify(fn: Callable[..., Any], tensors: list[torch.Tensor],
               guessed: frozenset[int] = frozenset()) -> tuple[str, ...]:

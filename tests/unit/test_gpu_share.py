@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.gpu,
 
 _CHILD = """
 import json, os, sys, torch
-from sandbox import gpu_share, seccomp
+from sandbox.launcher import gpu_share, seccomp
 seccomp.install()
 import triton, triton.language as tl
 
@@ -45,7 +45,7 @@ print(json.dumps({"uid": os.getuid(), "seccomp": status["Seccomp"].strip()}))
 
 
 def test_runner_of_another_uid_writes_the_judges_buffer_through_an_exported_fd() -> None:
-    from sandbox import gpu_share
+    from sandbox.launcher import gpu_share
 
     torch.zeros(1, device="cuda")
     buf = gpu_share.export_buffer(3 << 20)

@@ -21,7 +21,7 @@ from grader.measure.peaks import (
     load_entries,
     sandbox_fingerprint,
 )
-from sandbox.wire import WIRE_VERSION, Record
+from sandbox.contract.wire import WIRE_VERSION, Record
 
 ENV = {"torch": "2.13.0", "triton": "3.9.0", "python": "3.11.7", "device_name": "H200",
        "device_uuid": "GPU-1", "driver": "570.1", "cuda": "12.8", "sm": "9.0"}

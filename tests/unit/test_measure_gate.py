@@ -16,7 +16,8 @@ import pytest
 from grader.backends.gate import MeasureGate, Turn, make_fifo
 from grader.errors import UsageError
 from grader.leaderboard import engine as eng
-from sandbox import judge, wire
+from sandbox.contract import wire
+from sandbox.judge import main as judge
 
 
 def test_a_turn_writes_the_grant_only_while_it_holds_the_gate(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sandbox import nvml
+from sandbox.tools import nvml
 
 
 class FakeLib:

@@ -1,4 +1,4 @@
-"""The runner's torch-op audit (sandbox/op_audit.py), on real torch."""
+"""The runner's torch-op audit (sandbox/runner/op_audit.py), on real torch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from sandbox.op_audit import AuditTampered, audited, report
+from sandbox.runner.op_audit import AuditTampered, audited, report
 
 
 def test_compute_is_recorded_and_allocation_views_copies_are_not() -> None:
@@ -29,7 +29,7 @@ def test_the_first_audited_launch_does_not_import_dynamo() -> None:
     """torch marks dispatch modes "not traced" through torch._dynamo, an import that cost
     1-1.6 s on this machine's first audited launch of every evaluation; it is skipped
     while dynamo is not loaded, and the audit still sees every op."""
-    code = ("import sys, torch\nfrom sandbox.op_audit import audited\n"
+    code = ("import sys, torch\nfrom sandbox.runner.op_audit import audited\n"
             "run, audit = audited(lambda: torch.ones(3) * 2)\nrun()\n"
             "print(audit.compute_ops(), 'torch._dynamo' in sys.modules)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""Opening and pairing runners: ``sandbox.sides.open_sides`` sends every runner's set-up
+"""Opening and pairing runners: ``sandbox.judge.sides.open_sides`` sends every runner's set-up
 and load before reading any answer and blames a failure on the right module; joint first
 calls check processes once all have answered; a pair's time is the median of its calls.
 Fake runners and evaluations: pure ordering logic."""
@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from sandbox import prestart
-from sandbox import sides as sides_mod
-from sandbox.failure import StageFailure
-from sandbox.proc import RunnerFailure
+from sandbox.judge import prestart
+from sandbox.judge import sides as sides_mod
+from sandbox.judge.failure import StageFailure
+from sandbox.launcher.proc import RunnerFailure
 
 
 class _Runner:
@@ -117,8 +117,8 @@ def test_when_both_fail_the_candidate_is_blamed_and_every_answer_is_read(fake: t
 def test_first_calls_together_check_processes_only_after_every_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     """While one runner answers, the other may still run Triton's gcc under its own uid: the
     process check of a joint warm-up call runs once, after every runner has answered."""
-    from sandbox import evaluation
-    from sandbox.evaluation import Evaluation
+    from sandbox.judge import evaluation
+    from sandbox.judge.evaluation import Evaluation
 
     log: list[str] = []
     ev = object.__new__(Evaluation)
@@ -142,7 +142,7 @@ def test_first_calls_together_check_processes_only_after_every_answer(monkeypatc
 
 
 def test_a_pairs_time_is_the_median_of_its_calls() -> None:
-    from sandbox.acceptance import per_pair
+    from sandbox.judge.acceptance import per_pair
 
     assert per_pair([1.0, 3.0, 2.0, 9.0, 7.0, 8.0], 3) == [2.0, 8.0]
     assert per_pair([1.0, 2.0, 3.0], 1) == [1.0, 2.0, 3.0]
@@ -155,10 +155,10 @@ def test_scrub_poisons_what_a_side_wrote_in_a_buffer_its_peer_maps() -> None:
     so the second side cannot copy them. A buffer no peer maps (the CPU's) is left alone."""
     import torch
 
-    from sandbox.acceptance import scrub
-    from sandbox.evaluation import Evaluation
-    from sandbox.sides import Side
-    from sandbox.tensors import Slot
+    from sandbox.judge.acceptance import scrub
+    from sandbox.judge.evaluation import Evaluation
+    from sandbox.judge.sides import Side
+    from sandbox.problem.tensors import Slot
 
     slots = [Slot("x", "input", "float32", (4,), 0, 16), Slot("s", "input", "float32", (4,), 16, 16),
              Slot("out", "output", "float32", (4,), 32, 16)]
@@ -191,9 +191,9 @@ def test_each_pair_times_calls_per_pair_rounds_interleaved_on_shared_inputs(
     import random
     from types import SimpleNamespace
 
-    from sandbox import acceptance
-    from sandbox.acceptance import measure_pairs
-    from sandbox.wire import AcceptanceWire
+    from sandbox.contract.wire import AcceptanceWire
+    from sandbox.judge import acceptance
+    from sandbox.judge.acceptance import measure_pairs
 
     calls: list[tuple[str, int]] = []
     times = {"cand": iter([1.0, 5.0, 3.0] * 4), "cur": iter([2.0, 9.0, 4.0] * 4)}

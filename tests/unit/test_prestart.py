@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import pytest
 
 from grader.task import load_task
-from sandbox import prestart, wire
+from sandbox.contract import wire
+from sandbox.judge import prestart
 
 ROOT = Path(__file__).resolve().parents[2]
 CAND, CUR = "/kg/in/candidate.py", "/kg/in/current.py"

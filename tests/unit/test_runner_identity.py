@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import identity, launch
+from sandbox.launcher import identity, launch
 
 ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_process_with_capabilities_is_not_a_confined_runner() -> None:
-    code = ("from sandbox import identity\ntry:\n    identity.verify_runner()\n    print('confined')\n"
+    code = ("from sandbox.launcher import identity\ntry:\n    identity.verify_runner()\n    print('confined')\n"
             "except identity.IsolationUnavailable as e:\n    print('refused:', e)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -39,7 +39,7 @@ def test_device_gid_list_is_parsed_sorted_and_deduplicated() -> None:
 
 
 def test_only_the_judge_module_or_a_dotted_name_from_argv_is_executed() -> None:
-    assert launch.parse_then([]) == "sandbox.judge"
+    assert launch.parse_then([]) == "sandbox.judge.main"
     assert launch.parse_then(["--then", "tests.e2e.isolation_probe"]) == "tests.e2e.isolation_probe"
     for bad in (["--then"], ["--then", "x y"], ["--then", "a;b"], ["--then", "..a"], ["x"]):
         with pytest.raises(launch.LaunchError):
@@ -56,7 +56,7 @@ def test_hidepid_is_recognised_only_with_the_judges_gid() -> None:
 
 def test_launch_record_becomes_warnings_and_enforcement(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(launch.STATUS_ENV, raising=False)
-    assert "not started through sandbox.launch" in identity.launch_warnings()[0]
+    assert "not started through sandbox.launcher.launch" in identity.launch_warnings()[0]
     assert identity.launch_enforcement()["runner_identity"].startswith("unavailable")
     refused = {"proc": {"hidden": False, "refused": ["remount hidepid=invisible,gid=65534: EACCES"]},
                "bounding_set": "kept"}
@@ -90,7 +90,7 @@ def test_a_tools_log_is_read_with_the_owning_runners_identity() -> None:
             os.chown(path, uid, uid)
             os.chmod(path, 0o600)
         code = (
-            "import sys\nfrom sandbox import caps, identity\n"
+            "import sys\nfrom sandbox.launcher import caps, identity\n"
             "identity._owners[65501] = 'candidate.py'\n"
             "keep = caps.mask(caps.CAP_SETUID, caps.CAP_SETGID)\ncaps.set_sets(keep, keep, 0)\n"
             "def read(p):\n    try:\n        return open(p).read()\n    except PermissionError:\n"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import seccomp
+from sandbox.launcher import seccomp
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN = 4242
@@ -131,7 +131,7 @@ def test_program_packs_to_eight_bytes_per_instruction(arch: seccomp.Arch) -> Non
 # ---- the real filter in a child process --------------------------------------------------
 _CHILD = textwrap.dedent("""
     import ctypes, errno, json, os, signal, subprocess, sys, threading
-    from sandbox import seccomp
+    from sandbox.launcher import seccomp
     victim = int(sys.argv[1])
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
@@ -217,7 +217,7 @@ def test_installed_filter_refuses_cross_process_calls_and_keeps_ordinary_ones(
 
 def test_torch_and_a_triton_interpreter_kernel_run_under_the_filter() -> None:
     code = textwrap.dedent("""
-        from sandbox import seccomp
+        from sandbox.launcher import seccomp
         seccomp.install()
         import torch, triton, triton.language as tl
 

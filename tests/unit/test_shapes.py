@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from grader.shapes import GenerateSpec, bound_shape, draw, draw_shapes, named, resolve_shapes
 from grader.task import TaskSpec
-from sandbox.wire import DTYPE_CODES
+from sandbox.contract.wire import DTYPE_CODES
 
 
 def gen(**dims: Any) -> GenerateSpec:

@@ -15,7 +15,8 @@ import pytest
 
 import grader.evaluate as ge
 from grader.errors import InfrastructureError
-from sandbox import identity, wire
+from sandbox.contract import wire
+from sandbox.launcher import identity
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown and setfsuid need root")
 

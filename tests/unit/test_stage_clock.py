@@ -1,8 +1,8 @@
-"""Whose time ran out when a stage overran its budget (sandbox.clock): pure logic."""
+"""Whose time ran out when a stage overran its budget (sandbox.judge.clock): pure logic."""
 
 from __future__ import annotations
 
-from sandbox.clock import overrun
+from sandbox.judge.clock import overrun
 
 
 def test_a_stage_within_its_budget_is_not_an_overrun() -> None:

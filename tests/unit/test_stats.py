@@ -1,4 +1,4 @@
-"""sandbox/stats.py (summaries) and sandbox/rules.py (the seed rule, the sequential sign test)."""
+"""sandbox/contract/stats.py (summaries) and sandbox/contract/rules.py (the seed rule, the sequential sign test)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox.rules import SequentialSignTest, seed_rule, sequential_sign_test, sign_test_rank
-from sandbox.stats import percentile, summarize
+from sandbox.contract.rules import (
+    SequentialSignTest,
+    seed_rule,
+    sequential_sign_test,
+    sign_test_rank,
+)
+from sandbox.contract.stats import percentile, summarize
 
 # --- summarize --------------------------------------------------------------------------
 

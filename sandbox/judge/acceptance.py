@@ -1,0 +1,172 @@
+"""The accept stage (judge side): paired, interleaved timing of current best and candidate.
+
+Both sides get the same fresh inputs in each pair, in alternating order (AB, BA, ...),
+each in its own runner with its own buffer. Every timed call of either side is checked
+like a benchmark call, each side's times pass the escape check, and on the CPU the
+judge's clock gives both sides' times. The judge stops a controlled comparison at its
+looks, and spends an independent replicate only when the task's deciding rule (the same
+function the host decides with) accepts the deciding run; the host owns the decision.
+"""
+
+from __future__ import annotations
+
+from sandbox.contract import rules, stats
+from sandbox.contract.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
+from sandbox.judge import gpu_idle
+from sandbox.judge.benchmark import SideClock, warm_up
+from sandbox.judge.evaluation import Evaluation
+from sandbox.judge.failure import StageFailure
+from sandbox.judge.gpu_idle import IdleProbe
+from sandbox.judge.sides import Side, paired_buffers
+from sandbox.problem.tensors import Slot, poison
+
+
+def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential: bool,
+                  calls_per_pair: int | None = None,
+                  empty: dict[str, float] | None = None) -> PairsRecord:
+    """Up to ``n_max`` interleaved pairs; a controlled rule stops at a decisive look.
+
+    Each pair is ``calls_per_pair`` rounds (the task's unless given) of one call per side,
+    in the pair's order, each round on fresh inputs; a side's time in the pair is the
+    median of its calls. ``empty`` (calibration) receives each side's median event time of
+    its interleaved empty calls (``cur``, ``cand``): a runner's own timing path, no kernel."""
+    acc = ev.task.acceptance
+    k = max(1, acc.calls_per_pair if calls_per_pair is None else calls_per_pair)
+    slots = ev.slots()
+    frac = ev.task.correctness.timed_check_fraction
+    clocks = {id(cand): SideClock(ev, cand, "accept"), id(cur): SideClock(ev, cur, "accept")}
+    seq = rules.SequentialSignTest(delta=acc.min_improvement_fraction, alpha=acc.alpha,
+                                   looks=acc.looks, point_margin=acc.rule == "gain") \
+        if sequential else None
+    probe = gpu_idle.probe() if ev.dev == "cuda" else None
+    last: Side | None = None
+    for i in range(n_max):
+        order = (cand, cur) if i % 2 == 0 else (cur, cand)
+        swap = (i // 2) % 2  # every other pair of pairs, the sides trade buffers
+        for _ in range(k):
+            inputs = ev.inputs(slots)
+            for j, side in enumerate(order):
+                check = frac >= 1.0 or ev.rng.random() < frac
+                if probe is not None and last is not None:
+                    check_idle(probe, last, cur)
+                last = side
+                try:
+                    r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
+                except StageFailure as e:
+                    raise (e.renamed("current_") if side is cur else e) from None
+                clocks[id(side)].add(r)
+                if j == 0:  # the other side gets the same inputs next: nothing to copy
+                    scrub(ev, side, slots, swap)
+        if seq is not None:
+            t_cur = stats.median(clocks[id(cur)].ms[-k:])
+            t_cand = stats.median(clocks[id(cand)].ms[-k:])
+            if seq.decision() == "continue" and t_cur > 0 and t_cand > 0:
+                seq.add(t_cur, t_cand)
+            if seq.decision() != "continue" and i + 1 >= acc.pairs:
+                break
+    for side, who in ((cand, "candidate: "), (cur, "current best: ")):
+        try:
+            clocks[id(side)].top_up(slots)
+            clocks[id(side)].raise_if_escaped(who)
+        except StageFailure as e:
+            raise (e.renamed("current_") if side is cur else e) from None
+    if empty is not None:
+        for side, name in ((cur, "cur"), (cand, "cand")):
+            c = clocks[id(side)]
+            empty[name] = stats.median([j - o for j, o in zip(c.noop_judge, c.noop_overhead,
+                                                               strict=True)])
+    base = stats.median(clocks[id(cur)].noop_judge + clocks[id(cand)].noop_judge)
+    return PairsRecord(t_cur=tuple(per_pair(clocks[id(cur)].samples(base), k)),
+                       t_cand=tuple(per_pair(clocks[id(cand)].samples(base), k)))
+
+
+def check_idle(probe: IdleProbe, last: Side, cur: Side) -> None:
+    """The device must be idle before the next timed call (:mod:`sandbox.judge.gpu_idle`): work
+    still running in a context of ``last``'s would time-slice the other side's call."""
+    busy = probe.busy()
+    if busy is None:
+        return
+    e = StageFailure("accept", "gpu_busy_between_calls",
+                     f"after this side's call returned, the device stayed busy: the judge's own "
+                     f"probe took {busy:.3f} ms against {probe.limit_ms:.3f} ms on an idle device "
+                     "(work left running in a CUDA context of the runner's own would slow the "
+                     "other side's timed calls)",
+                     detail={"probe_ms": busy, "limit_ms": probe.limit_ms, "idle_ms": probe.idle_ms})
+    raise (e.renamed("current_") if last is cur else e)
+
+
+def scrub(ev: Evaluation, side: Side, slots: list[Slot], buf: int) -> None:
+    """Poison what ``side`` wrote (outputs, writable inputs) in buffer ``buf``, once the
+    judge has checked it. On CUDA each paired runner also maps the other side's buffer
+    (they trade buffers); the second side of a pair gets the same inputs, and could
+    otherwise read the first side's fresh outputs instead of computing its own. The
+    judge's sync before the next call orders this before it."""
+    if len(side.bases) < 2:
+        return  # a buffer no other runner maps (the CPU's memfds)
+    views = side.views(slots, buf)
+    for s in slots:
+        if s.role != "input" or s.name in ev.problem.scratch:
+            poison(views[s.name])
+
+
+def per_pair(samples: list[float], k: int) -> list[float]:
+    """Each pair's time for one side: the median of its ``k`` consecutive calls."""
+    return [stats.median(samples[i:i + k]) for i in range(0, len(samples) - k + 1, k)]
+
+
+def open_pair(ev: Evaluation, cand: Side | None = None) -> tuple[Side, Side]:
+    """A current-best runner beside ``cand`` (or a fresh candidate).
+
+    On CUDA both runners are fresh and each also maps the other's buffer (handed over at
+    spawn), so that paired timing can swap buffers; ``cand`` is closed. On the CPU the
+    sides keep their own buffers and ``cand`` is reused."""
+    assert ev.req.candidate is not None and ev.req.current is not None
+    bufs: tuple[tuple[object, ...], tuple[object, ...]] = ((), ())
+    if ev.dev == "cuda":
+        if cand is not None:
+            ev.close_side(cand)
+            cand = None
+        bufs = paired_buffers(ev.nbytes)
+    blame = ("current_", "the current best failed to load: ")
+    ev.start_open_clock()  # starting runners now is a compile stage's work: compile_s
+    if cand is not None:
+        (cur,) = ev.open_sides([(ev.req.current, bufs[1])], "accept", [blame])
+    else:
+        # Both fresh: their set-up and module loads overlap (a second or more per runner on
+        # a GPU: CUDA context, imports); a failure is the candidate's when both fail.
+        cand, cur = ev.open_sides([(ev.req.candidate, bufs[0]), (ev.req.current, bufs[1])],
+                                  "accept", [("", ""), blame])
+    ev.start_run_clock()  # the pairs that follow have run_s of their own
+    return cand, cur
+
+
+def accepts(acc: AcceptanceWire, pairs: PairsRecord) -> bool:
+    return rules.rule_accepts(pairs.t_cur, pairs.t_cand, rule=acc.rule, min_pairs=acc.min_pairs,
+                              min_improvement_fraction=acc.min_improvement_fraction,
+                              min_positive_fraction=acc.min_positive_fraction, alpha=acc.alpha,
+                              looks=acc.looks)
+
+
+def acceptance_stage(ev: Evaluation, cand: Side) -> AcceptanceRecord:
+    ev.stage = "accept"
+    acc = ev.task.acceptance
+    cand, cur = open_pair(ev, cand)
+    n_seed = max(acc.pairs, acc.min_pairs)
+    controlled = acc.rule in ("controlled", "gain")
+    n_max = max(n_seed, max(acc.looks)) if controlled else n_seed
+    warm_up(ev, [cand, cur], ev.slots(), "accept")  # discarded pairs: a steady power state
+    deciding = measure_pairs(ev, cand, cur, n_max, controlled)
+    if not accepts(acc, deciding):
+        return AcceptanceRecord(deciding=deciding)
+    # Winner's curse: the reported speed-up comes from new runners, buffers and seeds.
+    for side in (cand, cur):
+        ev.close_side(side)
+    try:
+        cand2, cur2 = open_pair(ev)
+    except StageFailure as e:  # a replicate that cannot start leaves the speed-up unmeasured
+        return AcceptanceRecord(deciding=deciding, replicate_error=e.error.message[:500])
+    # The replicate's speed-up is the reported one: never from fewer pairs than a controlled
+    # rule's first look could accept on (the matmul example's seed rule asks for 6).
+    n_rep = max(n_seed, min(acc.looks)) if controlled else n_seed
+    return AcceptanceRecord(deciding=deciding,
+                            replicate=measure_pairs(ev, cand2, cur2, n_rep, False))

@@ -1,0 +1,110 @@
+"""Did work escape the timed region? Judged from two clocks the candidate does not control."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from sandbox.contract.stats import median
+
+# The judge-clock budget on a GPU, ms per call: at least GPU_FLOOR_MS (honest paired
+# calls on an H200 showed a systematic +0.09..+0.13 ms over their empty calls, the real
+# call's flush following the judge's writes of fresh inputs), growing with the measured
+# noise up to NOISE_CAP_MS.
+GPU_FLOOR_MS = 0.2
+NOISE_CAP_MS = 0.4
+
+
+def _median(xs: list[float]) -> float:
+    return median(xs) if xs else 0.0
+
+
+def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[float],
+                 device: str, tails: list[float] | None = None,
+                 noop_tails: list[float] | None = None) -> dict[str, Any]:
+    """Work the timed region did not see, per call (medians: robust to host load).
+
+    Two clocks, two checks:
+
+    * the judge's own clock: honest calls satisfy ``judge = overhead + ms``, so
+      ``median(judge - ms) - median(noop overhead)`` is near zero up to the noise of the
+      round trip; on GPUs the budget is GPU_FLOOR_MS, a quarter of the call, or four
+      standard errors of that estimate, whichever is largest (``noise_ms`` in the result). It catches a tampered clock
+      whatever the device. On the CPU the judge's clock is the
+      time itself, so a runner that lies gains nothing; the check stays as evidence of
+      tampering and fires only on a gross lie: the runner claims under a tenth of what
+      the judge measured (budget 90% of the call, at least 2 ms).
+    * on CUDA, the device's idle tail: time from the end event to a marker recorded once
+      the device is idle; anything left running past the end event lengthens it, with no
+      launch cost in it, so its budget can be a few microseconds.
+    """
+    med_ms = _median(ms)
+    if device == "cpu":
+        # On the CPU the judge's clock decides the time itself; this is only a cross-check
+        # of the runner's claim. At half the call it fired on honest code under load (a
+        # leaderboard run beside the test suite, two cores: 2.79 ms hidden of a <4 ms call,
+        # the runner descheduled between its clock and its reply); a tampered clock (the
+        # runtime attack slows it 100x) hides 99%.
+        budget = max(2.0, 0.9 * (_median(judge_ms) - _median(noop_overhead)))
+        noise = 0.0
+    else:
+        # The judge's round trip on a GPU (two pipe wake-ups across uids, three device
+        # syncs, the flush) took 0.5-0.9 ms per call on an H200; with 10 calls its median
+        # moved by up to 0.12 ms between the real and the empty calls of honest kernels,
+        # and paired timing showed a systematic +0.09..+0.13 ms (docs/security-review.md):
+        # a fixed 0.08 ms budget disqualified honest kernels. The budget is the floor, or
+        # four standard errors of the measured difference (from the spread of the paired
+        # differences: MAD, robust to the outliers a loaded host makes) when larger.
+        noise = _noise(judge_ms, ms, noop_overhead)
+        budget = max(GPU_FLOOR_MS, 0.25 * med_ms, min(4.0 * noise, NOISE_CAP_MS))
+    hidden = _median([j - m for j, m in zip(judge_ms, ms, strict=True)]) - _median(noop_overhead)
+    out: dict[str, Any] = {"hidden_ms": hidden, "budget_ms": budget, "escaped": hidden > budget,
+                           "flagged": sum(1 for j, m in zip(judge_ms, ms, strict=True)
+                                          if j - m > 2 * (_median(noop_overhead) + budget))}
+    if noise:
+        out["noise_ms"] = noise
+        # A round trip too noisy to bound the runner's events by even NOISE_CAP_MS: not
+        # evidence against the candidate (a loaded host makes it), but no pass either; a
+        # runner could widen the budget by making its replies noisy.
+        out["unreliable"] = 4.0 * noise > NOISE_CAP_MS
+    if device != "cpu" and tails and noop_tails:
+        # Honest tails on an H200 spread -5.4..+8.3 us around the empty call's (the host's
+        # latency between the sync returning and the marker being recorded, under the
+        # runner's seccomp filter): a 20 us floor.
+        tail_budget = max(0.02, 0.2 * med_ms)
+        tail_hidden = _median(tails) - _median(noop_tails)
+        out.update({"tail_hidden_ms": tail_hidden, "tail_budget_ms": tail_budget})
+        if tail_hidden > tail_budget:
+            out.update({"escaped": True, "hidden_ms": tail_hidden, "budget_ms": tail_budget})
+    return out
+
+
+def claim_problem(ms: float | None, wall: float | None, judge_ms: float, device: str) -> str | None:
+    """Why one reply's times cannot be true (None when they can).
+
+    Every device: the event (or CPU) time is finite, non-negative and inside the judge's
+    own round trip of that call. On CUDA also: the runner's host clock runs from before it
+    records the start event to after the end event has completed, so it cannot see less
+    time than the events (slack: 2% and 2 us, far above the events' ~0.5 us resolution). A
+    runner whose clock saw less was patched to slow down (the CPU's timer-patch attack,
+    which on a GPU changes no figure but is still tampering)."""
+    if ms is None or wall is None or not ms >= 0:
+        return "a time that is not a non-negative number"
+    if ms > judge_ms * 1.05 + 0.05:
+        return f"{ms:.4f} ms, longer than the judge's own round trip of {judge_ms:.3f} ms"
+    if device == "cuda" and wall < ms * 0.98 - 0.002:
+        return (f"{ms:.4f} ms of events inside {wall:.4f} ms of its own host clock: the "
+                "runner's clock was tampered with")
+    return None
+
+
+def _noise(judge_ms: list[float], ms: list[float], noop_overhead: list[float]) -> float:
+    """Standard error of the hidden-time estimate: the spread (1.4826 x MAD) of the paired
+    differences (real call's round trip less its events, less the empty call's overhead),
+    times 1.2533 / sqrt(n) for a median."""
+    d = [(j - m) - o for j, m, o in zip(judge_ms, ms, noop_overhead, strict=False)]
+    if len(d) < 5:
+        return 0.0
+    mid = median(d)
+    mad = median([abs(x - mid) for x in d])
+    return 1.2533 * 1.4826 * mad / math.sqrt(len(d))

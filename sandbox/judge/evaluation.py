@@ -1,0 +1,394 @@
+"""The judge's evaluation API: sides, deadlines, inputs, reference outputs, checked calls.
+
+The stages (``compile`` and ``correctness`` in :mod:`sandbox.judge.correctness`, ``benchmark``
+in :mod:`sandbox.judge.benchmark`, ``accept`` in :mod:`sandbox.judge.acceptance`) are built on this
+module's public methods; this module imports none of them.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from sandbox.contract.text import clean
+from sandbox.contract.wire import (
+    WIRE_VERSION,
+    CorrectnessRecord,
+    DiagnosticsRecord,
+    ErrorStage,
+    ErrorWire,
+    JudgeRequest,
+    Record,
+    TaskWire,
+)
+from sandbox.judge import prestart
+from sandbox.judge.checks import check_outputs, track
+from sandbox.judge.clock import overrun
+from sandbox.judge.device import device_environment
+from sandbox.judge.escape import claim_problem
+from sandbox.judge.failure import StageFailure, infrastructure
+from sandbox.judge.isolation import check_beside, check_threads
+from sandbox.judge.outputs import collect_outputs, labels, verify_outputs
+from sandbox.judge.reply import host_ms, number
+from sandbox.judge.sides import MIN_WAIT_S, Side, open_sides
+from sandbox.launcher.proc import RunnerFailure
+from sandbox.problem.host import make_problem
+from sandbox.problem.tensors import Guards, Slot, poison, same_bytes, total_bytes
+
+# One answer of a runner is never waited for less than MIN_WAIT_S (sandbox.judge.sides) nor less
+# than WAIT_FACTOR times its longest answer so far.
+WAIT_FACTOR = 50.0
+
+
+class Evaluation:
+    """One judge's state: the request, the open sides, the deadlines and the partial record."""
+
+    def __init__(self, req: JudgeRequest):
+        if req.task is None:
+            raise infrastructure("bad_request", "the judge was given no task")
+        self.req = req
+        self.task: TaskWire = req.task
+        self.device: str = req.device
+        self.dev = "cuda" if self.device == "cuda" else "cpu"
+        self.errors: list[ErrorWire] = []
+        from sandbox.launcher.identity import launch_warnings
+
+        self.warnings: list[str] = launch_warnings()  # what of the runner isolation did not hold
+        self.stage: ErrorStage | None = None
+        self.sides: list[Side] = []
+        self.rng = random.Random(req.phase_seed)
+        self.t0 = time.monotonic()
+        self.compile_deadline = self.t0 + req.limits.compile_s
+        self.run_deadline = self.compile_deadline + req.limits.run_s
+        self.stage_t0 = self.t0
+        self.answer_s = 0.0  # the candidate's answers' round trips in the current stage
+        self.compile_s: float | None = None
+        self.correctness: dict[str, Any] = {}
+        self.timing: Any = None
+        self.acceptance: Any = None
+        self.calibration: dict[str, Any] | None = None
+        self.diagnostics: DiagnosticsRecord | None = None  # sandbox/tools/profiling.py
+        self.phases: dict[str, float] = {}
+        self.started_wall: float | None = None
+        self.runners_opened = 0
+        self.nvml_handle: Any = None  # sandbox.judge.isolation's, opened on first use
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        # The trusted reference, for the task's contract (sandbox.problem.base, sandbox.problem.field):
+        # field problems run their generator once per shape here, for the layout.
+        self.problem = make_problem(self.task, req.reference, self.dev, self.rng)
+        self.bench_dims: dict[str, int] = dict(self.task.timed or self.task.tune[0])
+        all_dims = [*self.task.tune, *self.task.hidden, self.bench_dims]
+        self.nbytes = max(total_bytes(self.problem.layout(d)) for d in all_dims)
+
+    # ---- device --------------------------------------------------------------------
+    def nvml(self) -> tuple[Any, str]:
+        """NVML for clocks/power/throttle per block, or the reason it is unavailable."""
+        if self.dev != "cuda":
+            return None, "no NVML on the CPU"
+        from sandbox.tools.nvml import Nvml
+
+        try:
+            return Nvml.open(str(getattr(torch.cuda.get_device_properties(0), "uuid", "")))
+        except Exception as e:  # a missing symbol in an old driver: report, never fail the run
+            return None, f"NVML error: {e}"
+
+    def gpu_fraction(self) -> float | None:
+        """Per-runner share of the device for ``limits.gpu_memory_mib`` (torch's allocator cap)."""
+        mib = self.req.limits.gpu_memory_mib
+        if self.dev != "cuda" or not mib:
+            return None
+        total = torch.cuda.get_device_properties(0).total_memory
+        return min(1.0, (int(mib) << 20) / total)
+
+    # ---- deadlines and failures ----------------------------------------------------
+    def left(self, deadline: float) -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    def start_run_clock(self) -> None:
+        """``run_s`` bounds each run stage on its own (correctness, timing, acceptance, its
+        replicate): a slow first stage leaves the next its whole budget."""
+        self.stage_t0 = time.monotonic()
+        self.run_deadline = self.stage_t0 + self.req.limits.run_s
+        self.answer_s = 0.0
+
+    def start_open_clock(self) -> None:
+        """Runners opened after the compile stage (the acceptance pairs) get ``compile_s``."""
+        self.compile_deadline = time.monotonic() + self.req.limits.compile_s
+
+    def wait_s(self, side: Side, deadline: float) -> float:
+        """How long the judge waits for one answer of ``side``: what the stage has left, but
+        never less than :data:`MIN_WAIT_S` nor :data:`WAIT_FACTOR` times its longest answer
+        so far. A stage that ran out between calls is :meth:`check_clock`'s to judge."""
+        floor = max(MIN_WAIT_S, WAIT_FACTOR * side.longest_s)
+        return max(self.left(deadline), min(floor, self.req.limits.run_s))  # never past run_s
+
+    def check_clock(self, stage: ErrorStage, deadline: float) -> None:
+        """Before a call: has ``stage`` used up its budget, and whose time was it
+        (:func:`sandbox.judge.clock.overrun`)?"""
+        failure = overrun(stage, self.t0 if stage == "compile" else self.stage_t0, deadline,
+                          time.monotonic(), self.answer_s)
+        if failure is not None:
+            raise failure
+
+    def answered(self, side: Side, seconds: float) -> None:
+        """One answer of ``side`` took ``seconds`` (the judge's round trip)."""
+        side.longest_s = max(side.longest_s, seconds)
+        self.answer_s += seconds
+
+    @staticmethod
+    def failure(stage: ErrorStage, e: RunnerFailure, where: dict[str, Any] | None = None) -> StageFailure:
+        """A runner's failure is the candidate's (its code names what it did). ``where``
+        (the judge's, last, so a runner cannot set it): the call's dims and shape kind, by
+        which the host withholds the text of a failure on a hidden shape."""
+        code = "compile_timeout" if stage == "compile" and e.code == "timeout" else e.code
+        return StageFailure(stage, code, e.message, line=e.line,
+                            detail={**(e.detail or {}), **(where or {})})
+
+    # ---- inputs and reference ------------------------------------------------------
+    def slots(self, dims: dict[str, int] | None = None) -> list[Slot]:
+        """Where the tensors of ``dims`` live (default: the timed shape)."""
+        return self.problem.layout(dims if dims is not None else self.bench_dims)
+
+    def inputs(self, slots: list[Slot], seed: int | None = None) -> dict[str, torch.Tensor]:
+        """Fresh inputs from ``seed``, or from the secret phase seed's stream."""
+        return self.problem.inputs(slots, seed if seed is not None else self.rng.getrandbits(62))
+
+    def reference(self, slots: list[Slot], inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return self.problem.reference(slots, inputs)
+
+    # ---- sides ---------------------------------------------------------------------
+    def open_side(self, path: str, stage: ErrorStage, buffers: tuple[Any, ...] = ()) -> Side:
+        """Start a runner for ``path`` and load the module (the compile stage's work).
+
+        ``buffers`` (CUDA): this side's own buffer, then the ones it trades with."""
+        return self.open_sides([(path, buffers)], stage)[0]
+
+    def open_sides(self, wanted: list[tuple[str, tuple[Any, ...]]], stage: ErrorStage,
+                   renames: list[tuple[str, str]] | None = None) -> list[Side]:
+        """Several runners at once (:func:`sandbox.judge.sides.open_sides`)."""
+        return open_sides(self, wanted, stage, renames)
+
+    def trusted(self, path: str) -> bool:
+        """Whether ``path`` is trusted task code (exempt from the kernel-only op audit)."""
+        return ((path == self.req.candidate and self.req.trusted_candidate)
+                or (path == self.req.current and self.req.trusted_current))
+
+    def close_side(self, side: Side) -> None:
+        side.close()
+        if side in self.sides:
+            self.sides.remove(side)
+
+    # ---- one checked call ------------------------------------------------------------
+    def call(self, side: Side, slots: list[Slot], inputs: dict[str, torch.Tensor], *,
+             stage: ErrorStage, deadline: float, expected: dict[str, torch.Tensor] | None,
+             where: dict[str, Any], buf: int = 0) -> dict[str, Any]:
+        """Copy inputs in, poison outputs, launch, then check what the runner left."""
+        return self._finish_call(self._send_call(side, slots, inputs, stage=stage, deadline=deadline,
+                                                 expected=expected, where=where, buf=buf))
+
+    def _send_call(self, side: Side, slots: list[Slot], inputs: dict[str, torch.Tensor], *,
+                   stage: ErrorStage, deadline: float, expected: dict[str, torch.Tensor] | None,
+                   where: dict[str, Any], buf: int = 0) -> _Pending:
+        """The first half of :meth:`call`: inputs in, outputs poisoned, guards armed, request
+        sent; :meth:`_finish_call` takes the answer and checks everything."""
+        self.check_clock(stage, deadline)
+        buf = buf if buf < len(side.bases) else 0
+        views = side.views(slots, buf)
+        for s in slots:
+            if s.role == "input":
+                views[s.name].copy_(inputs[s.name])
+            else:
+                poison(views[s.name])
+        guards = Guards(slots, self.dev, self.rng.getrandbits(62))
+        base = side.bases[buf]
+        guards.arm(base)
+        if self.dev == "cuda":
+            torch.cuda.synchronize()
+        msg: dict[str, Any] = {"op": "call", "buf": buf,
+                               "args": [s.wire() for s in self.problem.call_slots(slots)]}
+        data = self.problem.call_data(slots)
+        if data is not None:
+            msg["data"] = data
+        t0 = time.perf_counter()
+        try:
+            side.runner.send(msg)
+        except RunnerFailure as e:
+            raise self.failure(stage, e, where) from None
+        return _Pending(side, slots, inputs, views, guards, buf, t0, stage, deadline, expected, where)
+
+    def _finish_call(self, p: _Pending, isolation: bool = True) -> dict[str, Any]:
+        side, slots, inputs, views, guards, buf = p.side, p.slots, p.inputs, p.views, p.guards, p.buf
+        stage, deadline, expected, where = p.stage, p.deadline, p.expected, p.where
+        base = side.bases[buf]
+        try:
+            reply = side.runner.receive(self.wait_s(side, deadline))
+        except RunnerFailure as e:
+            raise self.failure(stage, e, where) from None
+        judge_ms = (time.perf_counter() - p.t0) * 1e3
+        self.answered(side, judge_ms / 1e3)
+        check_threads(side, stage, "when its call returned,")  # before any output is read
+        if self.problem.returns and expected is not None:
+            collect_outputs(self, side, slots, buf, stage, deadline, judge_ms)
+        breach = guards.first_breach(base)
+        if breach is not None:
+            what, at = breach
+            raise StageFailure(stage, "out_of_bounds_write",
+                               f"the candidate wrote outside its tensors: into the guard band "
+                               f"{what} ({at} bytes in) for dims {where.get('dims')}",
+                               detail={**where, "region": what, "offset": at, "side": side.path})
+        if isolation and stage in ("benchmark", "accept"):
+            check_beside(self, stage)
+        if stage in ("benchmark", "accept") and (reply.get("streams") or reply.get("stream_ok") is False):
+            raise StageFailure(stage, "side_stream",
+                               f"the candidate created {reply.get('streams')} CUDA stream(s) or left "
+                               "the timed stream: its work would escape the timed events")
+        audit = reply.get("audit")
+        if side.audit_ops and not isinstance(audit, dict):
+            raise StageFailure(stage, "op_audit_tampered",
+                               "the runner returned no op audit for a kernel-only launch")
+        if isinstance(audit, dict) and audit.get("compute_ops"):
+            ops = [str(o)[:40] for o in audit["compute_ops"]][:32]
+            raise StageFailure(stage, "torch_compute_in_launch",
+                               f"torch computed inside a kernel-only launch: {', '.join(ops)} "
+                               "(only allocation, views, fills and copies are allowed)",
+                               detail={**where, "compute_ops": ops,
+                                       "ops": [str(o)[:40] for o in audit.get("ops", [])][:64]})
+        if reply.get("flags_ok") is False:
+            raise StageFailure(stage, "precision_flags_changed",
+                               "the candidate changed the pinned TF32 / precision flags")
+        for s in slots:
+            if s.role == "input" and s.name not in self.problem.scratch \
+                    and not same_bytes(views[s.name], inputs[s.name]):
+                raise StageFailure(stage, "input_mutated",
+                                   f"input {s.name!r} was modified by the candidate", detail=where)
+        if expected is not None:
+            if not getattr(self.problem, "checker_decides", False):  # else: verify_outputs' bound
+                self.check(views, expected, stage, where, decoys=side.audit_ops and not self.problem.returns)
+            verify_outputs(self, slots, inputs, views, stage, where, expected)
+        ms, wall, tail = number(reply.get("ms")), number(reply.get("wall_ms")), number(reply.get("tail_ms", 0.0))
+        why = claim_problem(ms, wall, judge_ms, self.dev)
+        if why is not None or ms is None:
+            raise StageFailure(stage, "timing_inconsistent",
+                               f"the runner claimed {reply.get('ms')!r} ms: {why}")
+        return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms,
+                "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
+                "threads": int(reply.get("threads", -1)), "host_ms": host_ms(reply)}
+
+    def check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
+              stage: ErrorStage, where: dict[str, Any], decoys: bool = False) -> None:
+        """Every output against the reference (:func:`sandbox.judge.checks.check_outputs`)."""
+        check_outputs(self.task.correctness, self.correctness, views, expected, stage, where, decoys)
+
+    def _track(self, max_abs: float | None, max_rel: float | None, frac: float) -> None:
+        track(self.correctness, max_abs, max_rel, frac)
+
+    def timed(self, side: Side, slots: list[Slot], check: bool, stage: ErrorStage,
+              inputs: dict[str, torch.Tensor] | None = None, buf: int = 0) -> dict[str, Any]:
+        """One timed call on fresh inputs (from the secret phase seed), optionally checked."""
+        if inputs is None:
+            inputs = self.inputs(slots)
+        expected = self.reference(slots, inputs) if check else None
+        return self.call(side, slots, inputs, stage=stage, deadline=self.run_deadline,
+                         expected=expected, where={"dims": dict(self.bench_dims), "phase": stage},
+                         buf=buf)
+
+    def timed_together(self, sides: list[Side], slots: list[Slot], stage: ErrorStage) -> None:
+        """One checked, discarded call per side, sent to all of them before any answer is
+        read: their first calls (Triton's JIT compile, CUDA module loads) run in parallel.
+        For warm-up only: the sides' times overlap, so none is a measurement."""
+        pending = []
+        for side in sides:
+            inputs = self.inputs(slots)
+            pending.append(self._send_call(
+                side, slots, inputs, stage=stage, deadline=self.run_deadline,
+                expected=self.reference(slots, inputs),
+                where={"dims": dict(self.bench_dims), "phase": stage}))
+        failure: StageFailure | None = None
+        for p in pending:  # every answer is read, so that no reply is left in a channel
+            try:
+                # One runner's answer can come while another still compiles (Triton runs
+                # gcc under that runner's uid): the process check waits for all of them.
+                self._finish_call(p, isolation=False)
+            except StageFailure as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
+        if stage in ("benchmark", "accept"):
+            check_beside(self, stage)
+
+    def noop(self, side: Side, stage: ErrorStage) -> tuple[float, float, float, tuple[float, float]]:
+        """An empty timed call: (judge round trip, its validated event time, its idle tail,
+        the runner's host time before and after its timed region).
+
+        The runner's figures are validated against the judge's own round trip: finite,
+        non-negative, and no longer than the round trip that contained them.
+        """
+        t0 = time.perf_counter()
+        try:
+            r = side.runner.request({"op": "call", "noop": True},
+                                    self.wait_s(side, self.run_deadline))
+        except RunnerFailure as e:
+            raise self.failure(stage, e) from None
+        judge_ms = (time.perf_counter() - t0) * 1e3
+        ms, tail = number(r.get("ms")), number(r.get("tail_ms", 0.0))
+        why = claim_problem(ms, number(r.get("wall_ms")), judge_ms, self.dev)
+        if why is None and (tail is None or tail < 0):
+            why = f"an idle tail of {r.get('tail_ms')!r}"
+        if why is not None or ms is None or tail is None:
+            raise StageFailure(stage, "timing_inconsistent",
+                               f"an empty call claimed {r.get('ms')!r} ms: {why}")
+        return judge_ms, ms, tail, host_ms(r)
+
+    # ---- result ----------------------------------------------------------------------
+    def correctness_record(self) -> CorrectnessRecord | None:
+        if not self.correctness:
+            return None
+        c = self.correctness
+        return CorrectnessRecord(
+            passed=bool(c.get("passed", False)), checks=int(c.get("checks", 0)),
+            shapes_checked=tuple(c.get("shapes_checked", ())), seeds=int(c.get("seeds", 0)),
+            max_abs_error=c.get("max_abs_error"), max_rel_error=c.get("max_rel_error"),
+            mismatch_fraction=c.get("mismatch_fraction"), first_bad=c.get("first_bad"))
+
+    def phase(self, name: str, t0: float) -> None:
+        """Record how long phase ``name`` took since monotonic time ``t0``."""
+        self.phases[name] = round(time.monotonic() - t0, 4)
+
+    def record(self) -> Record:
+        return Record(wire_version=WIRE_VERSION, stage=self.stage, errors=tuple(self.errors),
+                      warnings=tuple(clean(w) for w in [*self.warnings, *labels(self)]),
+                      device=self.device,
+                      environment=device_environment(self.device), compile_s=self.compile_s,
+                      correctness=self.correctness_record(), timing=self.timing,
+                      acceptance=self.acceptance, calibration=self.calibration,
+                      diagnostics=self.diagnostics,
+                      phases=dict(self.phases), judge_started=self.started_wall,
+                      judge_finished=time.time())
+
+    def shutdown(self) -> None:
+        for side in list(self.sides):
+            self.close_side(side)
+        self.problem.close()
+        prestart.close_all()
+
+
+@dataclass
+class _Pending:
+    """A call sent to a runner whose answer the judge has not read yet."""
+
+    side: Side
+    slots: list[Slot]
+    inputs: dict[str, torch.Tensor]
+    views: dict[str, torch.Tensor]
+    guards: Guards
+    buf: int
+    t0: float
+    stage: ErrorStage
+    deadline: float
+    expected: dict[str, torch.Tensor] | None
+    where: dict[str, Any]

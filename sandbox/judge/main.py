@@ -1,0 +1,178 @@
+"""Judge: the trusted entry point inside the sandbox. It never imports the candidate.
+
+Order of work (DESIGN.md): read and delete the secret request, harden this process, then
+compile -> correctness -> benchmark -> accept, each stage starting its own runners, and
+write one authenticated :class:`sandbox.contract.wire.Record`. The host believes only a record
+whose MAC verifies with the key that was in the request, which no runner ever saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import stat
+import sys
+import tempfile
+import time
+import traceback
+
+_STARTED = (time.time(), time.monotonic())
+
+from sandbox.contract.wire import (
+    GATE_NAME,
+    RESULT_NAME,
+    SECRET_NAME,
+    WIRE_VERSION,
+    ErrorWire,
+    JudgeRequest,
+    Record,
+    WireFormatError,
+    dumps,
+    request_from_json,
+)
+from sandbox.launcher import harden
+
+OUT = os.environ.get("KGRADER_OUT", "/kg/out")
+SECRET = os.path.join(OUT, SECRET_NAME)
+RESULT = os.path.join(OUT, RESULT_NAME)
+
+
+def read_secret() -> bytes:
+    fd = os.open(SECRET, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        data = os.read(fd, 64 << 20)
+    finally:
+        os.close(fd)
+    os.unlink(SECRET)  # fails closed: no runner starts while the secret is still readable
+    return data
+
+
+def write_result(key: bytes, record: Record) -> None:
+    body = dumps(record)
+    mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    # A fresh unpredictable name (O_EXCL): nothing can pre-plant it as a directory, a FIFO
+    # or a link.
+    fd, tmp = tempfile.mkstemp(dir=OUT, prefix=".judge-")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"payload": body, "mac": mac}, f)
+    os.replace(tmp, RESULT)
+
+
+def _error_record(device: str, err: ErrorWire) -> Record:
+    return Record(wire_version=WIRE_VERSION, stage=err.stage if err.stage == "sandbox" else None,
+                  errors=(err,), warnings=(), device=device, environment={})
+
+
+def _infra(code: str, message: str, detail: dict[str, object] | None = None) -> ErrorWire:
+    return ErrorWire(stage="sandbox", code=code, message=message[-3000:], origin="infrastructure",
+                     detail=dict(detail or {}))
+
+
+def _clear(names: list[str]) -> None:
+    """Remove what a runner planted in OUT, without following any link."""
+    import shutil
+
+    for name in names:
+        path = os.path.join(OUT, name)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def wait_gate() -> float:
+    """Block until the host gives this evaluation the device (grader.backends.gate); the
+    seconds waited. Raises OSError when the gate is not a FIFO or closes without a grant."""
+    t = time.monotonic()
+    path = os.path.join(OUT, GATE_NAME)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # blocks until the host opens its end
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a FIFO")
+        if not os.read(fd, 16):
+            raise OSError("the host closed the gate without a grant")
+    finally:
+        os.close(fd)
+    os.unlink(path)  # before any candidate code runs: the output folder holds nothing else
+    return time.monotonic() - t
+
+
+def _parse(data: bytes) -> tuple[bytes, JudgeRequest | None, ErrorWire | None]:
+    """The key (as early as it can be read) and the request, or why it cannot be used."""
+    key = b""
+    try:
+        raw = json.loads(data)
+        key = bytes.fromhex(raw["key"])
+    except (ValueError, KeyError, TypeError):
+        return key, None, None
+    try:
+        return key, request_from_json(data), None
+    except WireFormatError as e:
+        return key, None, _infra("wire_mismatch", str(e))
+
+
+def main() -> int:
+    harden.make_undumpable()
+    key, req, problem = _parse(read_secret())
+    if req is None:
+        if key:
+            write_result(key, _error_record("unknown", problem or _infra("bad_request", "unreadable")))
+        return 0
+    if not sys.flags.safe_path:  # the launcher sets PYTHONSAFEPATH: the shared /tmp is no import root
+        write_result(key, _error_record(req.device, _infra(
+            "runner_isolation_unavailable", "the judge runs without PYTHONSAFEPATH: a folder others "
+            "can write could be on its import path; start it through `python3 -m sandbox.launcher.launch`")))
+        return 0
+    if req.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    # The secret is gone: start the runners now, so they import torch while the judge does.
+    from sandbox.judge import prestart
+
+    prestart.start(req)
+    # torch is imported only now, after the secret file is gone and the process is hardened.
+    try:
+        from sandbox.judge.run import run_mode
+    except ImportError as e:
+        write_result(key, _error_record(req.device, _infra(
+            "missing_dependency", f"the sandbox's Python cannot import {e.name!r}: install torch "
+            f"and triton for the interpreter kgrader runs with (README, 'On a GPU host'). {e}",
+            {"module": e.name})))
+        return 0
+    waited = 0.0
+    if req.gated:
+        try:
+            waited = wait_gate()
+        except OSError as e:
+            write_result(key, _error_record(req.device, _infra(
+                "gate_failed", f"the judge could not wait for its turn at the device: {e}")))
+            return 0
+    try:
+        record = run_mode(req, _STARTED, waited)
+    except Exception as e:  # the judge's own bug: an infrastructure fault, never a pass
+        record = _error_record(req.device, _infra("judge_error",
+                                                  "".join(traceback.format_exception(e))))
+    planted = sorted(os.listdir(OUT))
+    if planted:
+        # Only the judge may write here, and it has written nothing yet: anything present
+        # was planted by a runner (a forged record, a blocking directory, a link).
+        tamper = ErrorWire(stage="integrity", code="out_tampered", origin="candidate",
+                           message=f"the candidate wrote into the judge's output folder: {planted[:5]}",
+                           detail={"entries": planted[:20]})
+        record = Record(**{**record.__dict__, "errors": (*record.errors, tamper)})
+        _clear(planted)
+    write_result(key, record)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The record is written: skip the interpreter's teardown (torch's is slow), which
+    # would only lengthen the sandbox's life.
+    os._exit(code)

@@ -1,0 +1,156 @@
+"""Returned outputs, judge side: fetch them into the shared buffer, and the problem's checker.
+
+For the returned-output contracts (:mod:`sandbox.problem.field`) the candidate's call returns its
+outputs; after the timed call the judge asks the runner to copy them into the output
+slots (``collect``), which the judge poisoned before the call and checks afterwards like
+any task's. The copy lies outside the timed region, so work deferred into it would escape
+the timing: in the timed stages the copy's round trip is bounded by the judge's own copy
+of the same bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sandbox.contract.wire import ErrorStage
+from sandbox.judge.failure import StageFailure
+from sandbox.judge.sides import Side
+from sandbox.launcher.proc import RunnerFailure
+from sandbox.problem.host import CheckerFailed
+from sandbox.problem.tensors import Slot, compare, dtype_code, poison
+
+if TYPE_CHECKING:
+    from sandbox.judge.evaluation import Evaluation
+
+# The copy's round trip may exceed FLOOR_MS + FACTOR x the judge's own copy of the bytes.
+FLOOR_MS = {"cpu": 25.0, "cuda": 5.0}
+FACTOR = 8.0
+# ... plus this many empty round trips measured right then, before a verdict of cheating.
+NOISE_FACTOR = 4.0
+
+
+def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, stage: ErrorStage,
+                    deadline: float, call_ms: float) -> None:
+    """Have the runner copy the call's returned tensors into the output slots."""
+    outs = [s for s in slots if s.role == "output"]
+    t0 = time.perf_counter()
+    try:
+        side.runner.request({"op": "collect", "outs": [s.wire() for s in outs], "buf": buf},
+                            ev.left(deadline))
+    except RunnerFailure as e:
+        raise ev.failure(stage, e) from None
+    collect_ms = (time.perf_counter() - t0) * 1e3
+    if stage not in ("benchmark", "accept"):
+        return
+    views = side.views(outs, buf)
+    t1 = time.perf_counter()
+    for s in outs:
+        views[s.name].clone()
+    if ev.dev == "cuda":
+        torch.cuda.synchronize()
+    own_ms = (time.perf_counter() - t1) * 1e3
+    floor = FLOOR_MS.get(ev.dev, FLOOR_MS["cpu"])
+    bound = floor + FACTOR * own_ms
+    if collect_ms <= bound:
+        return
+    # Over the bound: measure the machine now (an empty round trip to the same runner)
+    # before any verdict. On a loaded 2-core host honest copies took 28-200 ms against
+    # ~25 ms. Since the returned value is reduced to plain tensors inside the timed call and
+    # no candidate hook, finalizer or mode may run in the copy (sandbox.runner.returned), a slow
+    # copy is evidence of load first.
+    rt = ev.noop(side, stage)[0]
+    detail = {"collect_ms": collect_ms, "bound_ms": bound, "call_ms": call_ms,
+              "empty_round_trip_ms": rt}
+    if collect_ms <= bound + NOISE_FACTOR * rt:
+        return
+    if rt > floor / 2:
+        raise StageFailure(stage, "timing_unreliable",
+                           f"copying the returned outputs took {collect_ms:.3f} ms against a bound "
+                           f"of {bound:.3f} ms, and an empty round trip to the same runner took "
+                           f"{rt:.3f} ms: the host is too loaded to bound the copy; run again",
+                           origin="infrastructure", detail=detail)
+    raise StageFailure(stage, "work_deferred_to_copy",
+                       f"copying the returned outputs took {collect_ms:.3f} ms (the call "
+                       f"{call_ms:.3f} ms; bound {bound:.3f} ms; an empty round trip {rt:.3f} ms): "
+                       "work was deferred past the timed call into the untimed copy",
+                       detail=detail)
+
+
+def verify_outputs(ev: Evaluation, slots: list[Slot], inputs: dict[str, torch.Tensor],
+                   views: dict[str, torch.Tensor], stage: ErrorStage, where: dict[str, Any],
+                   expected: dict[str, torch.Tensor] | None = None) -> None:
+    """The problem's own checker (GPU MODE's ``check_implementation``), after kgrader's.
+
+    Where the checker decides (``problem.checker_decides``: a GPU MODE task with a checker,
+    not ``strict``), kgrader's element-wise compare did not run: only :func:`sanity_bound`
+    does, which catches what no honest kernel returns and no checker should be asked about.
+    It runs in the problem process on these outputs: when it fails on them (raises,
+    crashes, hangs) the outputs provoked it, and the side that made them fails."""
+    decides = bool(getattr(ev.problem, "checker_decides", False))
+    if decides and expected is not None:
+        sanity_bound(ev, views, expected, stage, where)
+    outputs = {s.name: views[s.name] for s in slots if s.role == "output"}
+    try:
+        why = ev.problem.verify(slots, inputs, outputs)
+    except CheckerFailed as e:
+        raise StageFailure(stage, "check_failed", f"{e} (dims {where.get('dims')})",
+                           detail=dict(where)) from None
+    if why is not None:
+        raise StageFailure(stage, "wrong_values",
+                           f"the problem's check_implementation rejected the outputs for dims "
+                           f"{where.get('dims')}: {why}", detail={**where, "checker": why[:500]})
+
+
+CHECKER_DECIDES = ("gpumode: check_implementation decides values and dtypes; kgrader checks "
+                   "only for untouched outputs and NaN where the reference has none (set "
+                   "problem.strict for kgrader's element-wise compare and dtype check too)")
+STRICT = ("gpumode strict: kgrader's element-wise compare and dtype check apply on top of "
+          "check_implementation")
+
+
+def labels(ev: Evaluation) -> list[str]:
+    """For the record's warnings: which rule judged a GPU MODE task's values, and how its
+    generated tensors were classified (:mod:`sandbox.problem.buffers`); none for other tasks."""
+    problem = getattr(ev, "problem", None)
+    if ev.task.contract != "gpumode" or problem is None:
+        return []
+    notes = [str(n) for n in getattr(problem, "notes", [])]
+    if getattr(problem, "checker_decides", False):
+        notes.append(CHECKER_DECIDES)
+    elif ev.task.problem is not None and ev.task.problem.strict:
+        notes.append(STRICT)
+    return [n for n in notes if n not in ev.warnings]
+
+
+def sanity_bound(ev: Evaluation, views: dict[str, torch.Tensor],
+                 expected: dict[str, torch.Tensor], stage: ErrorStage, where: dict[str, Any]) -> None:
+    """What only a cheat or a kernel that did not run returns: an output still poisoned
+    (never written), or NaN where the reference has none. The checker judges the rest."""
+    c = ev.task.correctness
+    for name, exp in expected.items():
+        got = views[name]
+        if tuple(got.shape) != tuple(exp.shape) or got.numel() == 0:
+            continue
+        cmp = compare(got, exp, *c.tolerance(dtype_code(got.dtype)), c.max_mismatch_fraction)
+        ev._track(cmp.max_abs, cmp.max_rel, cmp.mismatch_fraction)  # reported, not judged
+        marker = got.clone()
+        poison(marker)
+        if torch.equal(_bits(got), _bits(marker)) and not torch.equal(_bits(exp), _bits(marker)):
+            raise StageFailure(stage, "output_untouched",
+                               f"output {name!r} left unwritten (still poisoned) for dims "
+                               f"{where.get('dims')}", detail=dict(where))
+        if got.dtype.is_floating_point:
+            nan = got.isnan() & ~exp.isnan()
+            if bool(nan.any()):
+                at = [int(v) for v in torch.nonzero(nan)[0]]
+                raise StageFailure(stage, "wrong_values",
+                                   f"output {name!r} is NaN at index {at} for dims "
+                                   f"{where.get('dims')} where the reference is not "
+                                   f"({int(nan.sum())} such elements)", detail=dict(where))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)

@@ -1,0 +1,3 @@
+"""The tools the judge drives: profilers (ncu, compute-sanitizer) and their parsed logs,
+NVML, the device-peak measurement.
+"""
