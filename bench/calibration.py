@@ -267,19 +267,19 @@ def main() -> int:
                          "leaves a pair's own offset out of the spread: runs before 2026-12-01 "
                          "call F)")
     ap.add_argument("--parts", default="decisions,cheats,overhead,vector_add")
-    ap.add_argument("--workloads", default="10us,100us,1ms")
+    ap.add_argument("--workloads", default="4us,10us,100us,1ms")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--analyse", type=Path, nargs="+",
                     help="re-derive the summaries from saved raw decisions and cheat/overhead "
                          "files (merged into --out) instead of measuring")
     ap.add_argument("--scenarios", default="aa,gain1,gain2",
                     help="decision scenarios to run (A/A; 1%% and 2%% injected slowdowns)")
-    ap.add_argument("--budget", default="10us=70,100us=90,1ms=200",
+    ap.add_argument("--budget", default="4us=70,10us=70,100us=90,1ms=200",
                     help="seconds of measuring per workload (the judge stops deciding when out)")
     a = ap.parse_args()
-    sizes = {"10us": 1 << 22, "100us": 1 << 25, "1ms": 1 << 29}
+    sizes = {"4us": 1 << 20, "10us": 1 << 22, "100us": 1 << 25, "1ms": 1 << 29}
     if a.quick:
-        sizes = {"10us": 1 << 12, "100us": 1 << 13, "1ms": 1 << 14}
+        sizes = {"4us": 1 << 11, "10us": 1 << 12, "100us": 1 << 13, "1ms": 1 << 14}
         a.aa, a.power, a.pairs = min(a.aa, 3), min(a.power, 2), min(a.pairs, 30)
     if a.analyse:
         return reanalyse(a.analyse, a.out)
