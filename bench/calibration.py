@@ -45,14 +45,10 @@ sys.path.insert(0, str(ROOT))
 from injection import calibrate_injection  # noqa: E402
 
 from grader.errors import InfrastructureError  # noqa: E402
-from grader.evaluate import (  # noqa: E402
-    EvalRequest,
-    evaluate,
-    measure_peak,
-    mode_request,
-    run_judge_mode,
-)
+from grader.evaluate import EvalRequest, evaluate  # noqa: E402
+from grader.judgecall import mode_request, run_judge_mode  # noqa: E402
 from grader.limits import Limits  # noqa: E402
+from grader.measure.peaks import measure_peak  # noqa: E402
 from grader.task import load_task  # noqa: E402
 from sandbox.contract.rules import SequentialSignTest, seed_rule  # noqa: E402
 from sandbox.contract.wire import CalibrateWire  # noqa: E402

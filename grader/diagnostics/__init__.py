@@ -3,7 +3,8 @@
 * :mod:`~grader.diagnostics.ncu` -- the fixed Nsight Compute metric set and its reading;
 * :mod:`~grader.diagnostics.advice` -- the rule table (``diagnostics/advice.toml``) that
   turns counters into at most five sentences per kernel;
-* :mod:`~grader.diagnostics.run` -- the ``profile`` judge mode run and record reading;
+* :mod:`~grader.diagnostics.run` -- the ``profile`` judge mode run;
+* :mod:`~grader.diagnostics.records` -- a judge record's diagnostics read into the report's;
 * :mod:`~grader.diagnostics.locate` -- finding the tools on the host, binding them into
   the sandbox, and the ``sanitize`` request of an evaluation;
 * :mod:`~grader.diagnostics.models` -- record and report shapes.

@@ -1,7 +1,7 @@
 """The calibration cache: measured device peaks in ``hardware.json``, keyed by a fingerprint.
 
 A roofline needs the device's ceilings (copy bandwidth, matmul throughput per dtype).
-They are *measured* inside the sandbox by :func:`grader.evaluate.measure_peak` (seconds
+They are *measured* inside the sandbox by :func:`measure_peak` (seconds
 to a minute), so they are cached and re-measured only when the machine or the software
 that runs candidates changes.
 
@@ -53,7 +53,9 @@ import filelock
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from grader.errors import UsageError
+from grader.errors import InfrastructureError, UsageError
+from grader.judgecall import mode_request, run_judge_mode
+from grader.limits import Limits
 from sandbox.contract.wire import Record
 
 __all__ = [
@@ -65,6 +67,7 @@ __all__ = [
     "get_peaks",
     "host_probe",
     "load_entries",
+    "measure_peak",
     "probe_key",
     "resolve_target",
     "sandbox_fingerprint",
@@ -285,10 +288,19 @@ def _lookup(entries: list[Calibration], key: str, quick: bool) -> Calibration | 
     return None
 
 
-def _default_measure(backend: str, device: str, quick: bool) -> Record:
-    from grader.evaluate import measure_peak
+def measure_peak(backend: str = "auto", device: str = "auto", quick: bool = False,
+                 limits: Limits | None = None) -> Record:
+    """Run the judge in calibration mode: the device's copy bandwidth and matmul peaks.
 
-    return measure_peak(backend, device, quick)
+    Returns the verified record (``peaks`` and ``environment``); raises
+    :class:`InfrastructureError` when the sandbox cannot produce one.
+    """
+    record = run_judge_mode(mode_request("measure_peak", device, quick=quick), {},
+                            backend=backend, limits=limits)
+    if record.errors or record.peaks is None:
+        msg = record.errors[0].message if record.errors else "no peaks"
+        raise InfrastructureError(f"calibration failed: {msg}")
+    return record
 
 
 def get_peaks(backend: str = "auto", device: str = "auto", refresh: bool = False, quick: bool = False,
@@ -298,7 +310,7 @@ def get_peaks(backend: str = "auto", device: str = "auto", refresh: bool = False
 
     ``refresh`` forces a new measurement. ``quick`` asks for the short calibration and
     accepts any cached entry; a full request ignores cached quick entries. ``measure``
-    and ``probe`` replace :func:`grader.evaluate.measure_peak` and :func:`host_probe`
+    and ``probe`` replace :func:`measure_peak` and :func:`host_probe`
     (tests). Raises :class:`grader.errors.InfrastructureError` when calibration fails.
     """
     p = path or default_path()
@@ -311,10 +323,8 @@ def get_peaks(backend: str = "auto", device: str = "auto", refresh: bool = False
             return hit
     # Measure outside the lock: a calibration takes long, and two concurrent ones only
     # cost time (the later store wins), never consistency.
-    payload = (measure or _default_measure)(be, dev, quick)
+    payload = (measure or measure_peak)(be, dev, quick)
     if payload.peaks is None:
-        from grader.errors import InfrastructureError
-
         raise InfrastructureError("calibration returned no peaks")
     entry = Calibration(probe_key=key, probe=pr, fingerprint=sandbox_fingerprint(payload.environment, dev, be),
                         backend=be, device=dev, quick=quick,

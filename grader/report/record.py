@@ -16,6 +16,7 @@ import re
 import stat
 from pathlib import Path
 
+from grader.diagnostics.records import record_problem
 from sandbox.contract import text, wire
 
 # The record's schema is the wire contract itself, parsed strictly by
@@ -48,8 +49,6 @@ def _caps(rec: wire.Record) -> str | None:
                                        for e in rec.errors):
         return "only the host may judge integrity, apart from out_tampered"
     if rec.diagnostics is not None:  # counters and sanitizer findings (grader/diagnostics)
-        from grader.diagnostics.run import record_problem
-
         return record_problem(rec.diagnostics)
     return None
 

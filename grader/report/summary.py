@@ -7,6 +7,7 @@ it; the acceptance decision, the replicate's veto included, is :mod:`grader.meas
 from __future__ import annotations
 
 from grader.backends.base import SandboxOutcome
+from grader.diagnostics.records import build_diagnostics
 from grader.measure.accept import decide_with_replicate
 from grader.report.model import (
     AcceptanceResult,
@@ -100,8 +101,6 @@ def build_report(report: Report, spec: TaskSpec, rec: wire.Record, outcome: Sand
     if rec.timing is not None:
         report.timing = timing_stats(spec, rec.timing, report.device or rec.device)
     if rec.diagnostics is not None:  # the sanitizer's result and overhead
-        from grader.diagnostics.run import build_diagnostics
-
         report.diagnostics = build_diagnostics(rec.diagnostics, spec=spec)
     if rec.acceptance is not None:
         report.acceptance = decide_with_replicate(rec.acceptance, spec.acceptance)

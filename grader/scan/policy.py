@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import grader
-from grader.errors import PolicyError
+from grader.errors import PolicyError, UsageError
 
 Severity = Literal["deny", "warn"]
 CheckId = Literal[
@@ -361,6 +361,21 @@ def _resolve(path: Path, stack: tuple[Path, ...]) -> Policy:
 def load_policy(name_or_path: str) -> Policy:
     """Load a shipped policy by name, or any policy file by path; resolve ``extends``."""
     return _resolve(_find(name_or_path, None), ())
+
+
+# Policies that name what a kernel file may use; their tasks get the judge's runtime op audit.
+KERNEL_ONLY_POLICIES = frozenset({"triton-only"})
+
+
+def kernel_only(name_or_path: str) -> bool:
+    """Whether a task's own policy (not the policy a run scans with) is, or extends, a
+    kernel-only policy. The runtime audit follows the task, so it holds with the scan
+    switched off; a policy that does not load gets the strictest audit (fails closed)."""
+    try:
+        chain = load_policy(name_or_path).chain
+    except UsageError:
+        return True
+    return bool(KERNEL_ONLY_POLICIES & set(chain))
 
 
 def effective_severity(policy: Policy, rule: Rule) -> Severity:

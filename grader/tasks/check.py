@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.errors import InfrastructureError, TaskError
+from grader.judgecall import mode_request, run_judge_mode
 from grader.shapes import DrawnShapes, bound_shape, named, resolve_shapes
 from grader.task import DTYPE_BYTES, TaskSpec
 from grader.tasks.common import ImportedTask
@@ -72,8 +73,6 @@ def dps_bytes(spec: TaskSpec, dims: dict[str, int]) -> int:
 def check_task(spec: TaskSpec, reference: str, *, backend: str = "auto", device: str = "auto",
                seed: int | None = None) -> CheckReport:
     """Every check; raises only :class:`InfrastructureError` (no sandbox) or ``UsageError``."""
-    from grader.evaluate import mode_request, run_judge_mode
-
     report = CheckReport(spec.name)
     resolved, report.drawn = resolve_shapes(spec, seed)
     shapes = resolved.shapes.tune + resolved.shapes.hidden + [resolved.timed_dims()]

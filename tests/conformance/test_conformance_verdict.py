@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from grader.backends.base import RESULT_NAME, SandboxOutcome
-from grader.evaluate import Staged, collect
+from grader.evaluate import collect
+from grader.judgecall import Staged
 from grader.limits import Limits
 from grader.report.model import Report
 from grader.report.record import ResultProblem, read_result

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.evaluate import mode_request, run_judge_mode
+from grader.judgecall import mode_request, run_judge_mode
 from grader.limits import Limits
 from grader.task import load_task
 from sandbox.contract.wire import CalibrateWire, Record

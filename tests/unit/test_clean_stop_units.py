@@ -125,7 +125,7 @@ def test_reclaim_own_removes_this_process_folders_even_without_their_marker(tmp_
 
 
 def test_a_stopped_process_prepares_no_new_evaluation(tmp_path: Path) -> None:
-    code = ("import sys; from grader.backends import stop; from grader.evaluate import "
+    code = ("import sys; from grader.backends import stop; from grader.judgecall import "
             "make_eval_dirs\nstop.request_stop()\ntry:\n    make_eval_dirs(None, 'kgrader-eval-')\n"
             "except stop.Stopped as e:\n    print(e.code)\n")
     env = {**os.environ, "TMPDIR": str(tmp_path)}

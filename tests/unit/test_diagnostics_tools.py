@@ -220,7 +220,7 @@ FINDING = wire.FindingRecord(kind="out_of_bounds", space="global", access="write
 
 
 def test_record_diagnostics_round_trip_into_the_report_shapes(tmp_path: Path) -> None:
-    from grader.diagnostics.run import build_diagnostics
+    from grader.diagnostics.records import build_diagnostics
 
     rec = _record(wire.DiagnosticsRecord(
         profile=wire.ProfileRecord(kernels=(wire.KernelRecord(id=0, name="k", metrics={"x__y": 1.0}),),

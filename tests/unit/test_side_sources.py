@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import grader.evaluate as ge
+import grader.judgecall as jc
 from grader.errors import InfrastructureError
 from sandbox.contract import wire
 from sandbox.launcher import identity
@@ -23,10 +24,10 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown and setfsuid nee
 
 @root_only
 def test_staged_sources_are_0400_files_of_the_judge_in_a_0700_folder(tmp_path: Path) -> None:
-    root, in_dir, _ = ge.make_eval_dirs(tmp_path, "kgrader-test-")
+    root, in_dir, _ = jc.make_eval_dirs(tmp_path, "kgrader-test-")
     for name in (wire.CANDIDATE_NAME, wire.CURRENT_NAME):
         (in_dir / name).write_text("x = 1\n")
-    ge.seal_inputs(in_dir)
+    jc.seal_inputs(in_dir)
     st = os.lstat(in_dir)
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (wire.JUDGE_UID, wire.JUDGE_GID, 0o700)
     for name in (wire.CANDIDATE_NAME, wire.CURRENT_NAME):
@@ -38,18 +39,19 @@ def test_staged_sources_are_0400_files_of_the_judge_in_a_0700_folder(tmp_path: P
 def test_a_host_that_cannot_chown_refuses_to_stage(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / wire.CURRENT_NAME).write_text("x = 1\n")
-    monkeypatch.setattr(ge.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(jc.os, "geteuid", lambda: 1000)
     with pytest.raises(InfrastructureError, match="root"):
-        ge.seal_inputs(tmp_path)
+        jc.seal_inputs(tmp_path)
 
 
 def test_staging_failure_leaves_no_evaluation_folder(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     task = Path(__file__).parents[2] / "examples" / "vector_add_small"
     req = ge.EvalRequest.from_paths(task, task / "candidates" / "good.py", work_dir=tmp_path)
-    monkeypatch.setattr(ge.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(jc.os, "geteuid", lambda: 1000)
     with pytest.raises(InfrastructureError):
-        ge.stage_files(req, "cpu", None)
+        jc.stage(ge.judge_request(req, "cpu", None), ge.sources(req), req.effective_limits(),
+                 work_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
