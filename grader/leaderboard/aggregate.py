@@ -20,19 +20,88 @@ Definitions (each statistic carries its label on the page):
 
 Ranking key: floored geomean, then fast_1, then geomean (None as 0). The published
 ranking holds only entries whose figures come from the independent ``rerun`` round.
+When no entry beats the reference on any task, every floored geomean is exactly 1 and
+fast_1 is 0: the geomean over solved tasks decides, and the page says so.
+
+Every valid submission is accounted for: an entry whose round is incomplete (an
+evaluation not run yet, or hit by an infrastructure error, which is never committed and
+is retried by the next run) is listed in :attr:`Board.pending` with the reason, never
+dropped. Absolute times come from each row's report: the submission's and the
+reference's medians with a distribution-free 95% interval on each (order statistics,
+:func:`median_ci`).
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from grader.leaderboard.state import EvalRow
 from grader.measure.accept import bootstrap_ci, fast_p, floored_geomean, geomean
+from sandbox.contract.rules import sign_test_rank
 
 FAST_PS = (0.0, 1.0, 1.5, 2.0)
 CI_SEED = 0
+# The state's meta key of the evaluations an infrastructure error kept from being
+# committed: {"<submission>\0<task>\0<round>": "<reason>"} (written by the runner).
+INFRA_META = "infra_errors"
+
+
+def infra_key(submission: str, task: str, rnd: str) -> str:
+    """The key of one evaluation in the :data:`INFRA_META` mapping."""
+    return "\0".join((submission, task, rnd))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A median with its 95% interval (``low``/``high`` None when ``n`` is too small:
+    with fewer than 6 samples no order statistic bounds the median at that level)."""
+
+    value: float
+    low: float | None
+    high: float | None
+    n: int
+
+
+def median_ci(samples: Sequence[float], confidence: float = 0.95) -> Interval | None:
+    """The median of ``samples`` and a distribution-free interval on it: the order
+    statistics ``x_(n+1-k)``, ``x_(k)`` with ``k`` from the sign test at (1-confidence)/2
+    on each side (:func:`sandbox.contract.rules.sign_test_rank`)."""
+    xs = sorted(float(x) for x in samples)
+    if not xs:
+        return None
+    n = len(xs)
+    k = sign_test_rank(n, (1 - confidence) / 2)
+    if k is None or n + 1 - k > k:
+        return Interval(statistics.median(xs), None, None, n)
+    return Interval(statistics.median(xs), xs[n - k], xs[k - 1], n)
+
+
+def _side_time(t: Any) -> Interval | None:
+    if not isinstance(t, dict) or not isinstance(t.get("median_ms"), int | float):
+        return None
+    clocks = t.get("clocks")
+    raw = clocks.get("samples_ms") if isinstance(clocks, dict) else None
+    if isinstance(raw, list) and raw and all(isinstance(x, int | float) for x in raw):
+        ci = median_ci(raw)
+        if ci is not None:  # the report's median is the judge's; keep it, with the interval
+            return Interval(float(t["median_ms"]), ci.low, ci.high, ci.n)
+    n = t.get("samples")
+    return Interval(float(t["median_ms"]), None, None, n if isinstance(n, int) else 0)
+
+
+def row_times(report_json: str | None) -> tuple[Interval | None, Interval | None]:
+    """(submission, reference) median times of one row's report, None where not timed."""
+    try:
+        rep = json.loads(report_json) if report_json else None
+    except ValueError:
+        return None, None
+    if not isinstance(rep, dict):
+        return None, None
+    return _side_time(rep.get("timing")), _side_time(rep.get("timing_current"))
 
 
 @dataclass(frozen=True)
@@ -45,6 +114,13 @@ class TaskFigure:
     code: str | None = None
     message: str = ""
     round: str | None = None
+    time_ms: Interval | None = None
+    reference_ms: Interval | None = None
+
+    @property
+    def correct(self) -> bool:
+        """Checked correct and timed (``ok``), whatever its speed-up."""
+        return self.verdict == "ok"
 
     @property
     def solved(self) -> bool:
@@ -78,6 +154,10 @@ class Entry:
     stats: dict[str, Stat] = field(default_factory=dict)
     rank: int | None = None
 
+    @property
+    def correct_count(self) -> int:
+        return sum(f.correct for f in self.figures.values())
+
     def sort_key(self) -> tuple[float, float, float]:
         def v(k: str) -> float:
             s = self.stats.get(k)
@@ -102,7 +182,8 @@ def figures_for(rows: Sequence[EvalRow], submission: str, files: Mapping[str, st
         elif r is None:
             return None
         else:
-            out[t] = TaskFigure(t, r.verdict, r.speedup, r.code, r.message, rnd)
+            sub_t, ref_t = row_times(r.report_json)
+            out[t] = TaskFigure(t, r.verdict, r.speedup, r.code, r.message, rnd, sub_t, ref_t)
     return out
 
 
@@ -187,23 +268,68 @@ def disqualified(rows: Sequence[EvalRow]) -> list[Disqualification]:
     return [seen[s] for s in sorted(seen)]
 
 
+@dataclass(frozen=True)
+class Pending:
+    """An evaluation a submission is waiting for: never run yet, or kept from the state by
+    an infrastructure error (``reason``), which the next run retries."""
+
+    submission: str
+    task: str
+    round: str
+    reason: str
+
+
 @dataclass
 class Board:
-    """What the page shows: the published ranking, the entries not re-measured, and the
-    submissions disqualified as a whole (listed apart, with the reason)."""
+    """What the page shows: the published ranking, the entries not re-measured, the
+    submissions disqualified as a whole (listed apart, with the reason), and the
+    evaluations still pending (so that no valid submission vanishes)."""
 
     ranked: list[Entry]
     unranked: list[Entry]
     tasks: list[str]
     disqualified: list[Disqualification] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    top: list[str] = field(default_factory=list)
+
+    @property
+    def none_faster(self) -> bool:
+        """Entries exist and none beats the reference on any task (every floored geomean
+        is exactly 1): the geomean over solved tasks is what orders them."""
+        es = self.ranked + self.unranked
+        return bool(es) and not any(f.solved and f.value > 1.0
+                                    for e in es for f in e.figures.values())
+
+
+def _pending(rows: Sequence[EvalRow], submissions: Mapping[str, Mapping[str, str]],
+             tasks: Sequence[str], rounds: Mapping[str, Sequence[str]],
+             infra: Mapping[str, str]) -> list[Pending]:
+    have = {(r.submission, r.task, r.round, r.file_sha) for r in rows}
+    out = []
+    for s in sorted(submissions):
+        for rnd in rounds.get(s, ()):
+            for t in tasks:
+                sha = submissions[s].get(t)
+                if sha is not None and (s, t, rnd, sha) not in have:
+                    why = infra.get(infra_key(s, t, rnd), "not evaluated yet")
+                    out.append(Pending(s, t, rnd, why))
+    return out
 
 
 def board(rows: Sequence[EvalRow], submissions: Mapping[str, Mapping[str, str]],
-          tasks: Sequence[str], top: Sequence[str]) -> Board:
-    """Ranked: the top-K entries by their re-run figures. Unranked: the rest (main round)."""
+          tasks: Sequence[str], top: Sequence[str],
+          infra: Mapping[str, str] | None = None) -> Board:
+    """Ranked: the top-K entries by their re-run figures. Unranked: the rest (main round).
+    Pending: each evaluation of a valid, not disqualified submission that its round still
+    lacks, with ``infra``'s reason where one is known (:data:`INFRA_META`)."""
     ranked = entries(rows, {s: submissions[s] for s in top if s in submissions}, tasks, "rerun")
     for i, e in enumerate(ranked, 1):
         e.rank = i
     done = {e.submission for e in ranked}
     unranked = [e for e in entries(rows, submissions, tasks, "main") if e.submission not in done]
-    return Board(ranked, unranked, list(tasks), disqualified(rows))
+    dq = disqualified(rows)
+    banned = {d.submission for d in dq}
+    live = {s: f for s, f in submissions.items() if s not in banned}
+    rounds = {s: ("main", "rerun") if s in top else ("main",) for s in live}
+    pending = _pending(rows, live, tasks, rounds, infra or {})
+    return Board(ranked, unranked, list(tasks), dq, pending, [s for s in top if s in live])

@@ -24,9 +24,9 @@ import structlog
 
 from grader.backends.cleanup import sweep_orphans
 from grader.errors import UsageError
-from grader.leaderboard.aggregate import select_top
+from grader.leaderboard.aggregate import INFRA_META, infra_key, select_top
 from grader.leaderboard.engine import Engine, LocalEngine, RayEngine
-from grader.leaderboard.job import Job, JobOutcome
+from grader.leaderboard.job import Job, JobOutcome, redact_seeds
 from grader.leaderboard.progress import Progress
 from grader.leaderboard.render import SHAPES_META, shape_meta
 from grader.leaderboard.seeds import TaskPayload, load_secret, task_payload
@@ -114,7 +114,22 @@ class Batch:
             self.engine.run(todo, self._on_result)
             self.progress.stop()
 
+    def _note_infra(self, job: Job, error: str | None) -> None:
+        """Keep (or, once the evaluation is committed, drop) the infrastructure error that
+        kept ``job`` out of the state, so that the page lists the entry with its reason
+        (secret seed values redacted, as in every stored report)."""
+        key = infra_key(job.submission, job.task.name, job.round)
+        notes = dict(self.state.meta(INFRA_META, {}) or {})
+        if error is None and key not in notes:
+            return
+        if error is None:
+            notes.pop(key)
+        else:
+            notes[key] = str(redact_seeds(error[:1000], job.task.seeds))
+        self.state.set_meta(INFRA_META, notes)
+
     def _on_result(self, job: Job, out: JobOutcome) -> None:
+        self._note_infra(job, (out.infra_error or "unknown") if out.row is None else None)
         if out.row is None:
             msg = f"{job.submission}/{job.task.name} ({job.round}): not recorded, will be " \
                   f"retried next run: {out.infra_error}"

@@ -12,7 +12,8 @@ import torch
 
 def device_environment(device: str) -> dict[str, Any]:
     """What the report says about the software and the device (the calibration fingerprint)."""
-    env: dict[str, Any] = {"torch": torch.__version__, "python": platform.python_version()}
+    env: dict[str, Any] = {"torch": torch.__version__, "python": platform.python_version(),
+                           "cpu_name": _cpu_name()}
     try:
         import triton
 
@@ -37,6 +38,19 @@ def device_environment(device: str) -> dict[str, Any]:
                     "cpu_count": os.cpu_count(),
                     "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"})
     return env
+
+
+def _cpu_name() -> str | None:
+    """The host CPU's model (``platform.processor()`` is empty on Linux); the leaderboard's
+    hardware line names it, as launch overhead depends on it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith(("model name", "hardware")):
+                    return line.split(":", 1)[1].strip()[:120] or None
+    except OSError:
+        return None
+    return None
 
 
 def _driver_version() -> str | None:

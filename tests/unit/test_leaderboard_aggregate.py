@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 
-from grader.leaderboard.aggregate import TaskFigure, board, select_top, summarize
+from grader.leaderboard.aggregate import (
+    TaskFigure,
+    board,
+    infra_key,
+    median_ci,
+    row_times,
+    select_top,
+    summarize,
+)
 from grader.leaderboard.state import EvalRow
 
 SHA = "f" * 64
@@ -69,12 +78,59 @@ def test_published_ranking_uses_rerun_figures_not_selection_figures() -> None:
     assert [e.submission for e in b.unranked] == ["bad"]
 
 
-def test_not_entered_task_counts_as_unsolved_and_pending_task_hides_the_entry() -> None:
+def test_not_entered_task_counts_as_unsolved_and_a_pending_task_is_listed_with_its_reason() -> None:
     files = {"part": {"t1": SHA}, "pending": {"t1": SHA, "t2": SHA}}
     rows = [row("part", "t1", "main", "ok", 4.0), row("pending", "t1", "main", "ok", 4.0)]
-    b = board(rows, files, ["t1", "t2"], [])
+    infra = {infra_key("pending", "t2", "main"): "sandbox_unavailable: bwrap missing"}
+    b = board(rows, files, ["t1", "t2"], [], infra)
     assert [e.submission for e in b.unranked] == ["part"]
     e = b.unranked[0]
     assert e.figures["t2"].verdict == "not_entered"
     assert e.stats["fast_1"].value == 0.5
     assert math.isclose(e.stats["floored_geomean"].value or 0, 2.0)
+    # Not ranked (its round is incomplete), but never dropped: listed with the reason.
+    assert [(p.submission, p.task, p.round, p.reason) for p in b.pending] == [
+        ("pending", "t2", "main", "sandbox_unavailable: bwrap missing")]
+
+
+def test_a_selected_entry_whose_rerun_is_missing_is_pending_not_vanished() -> None:
+    files = {"a": {"t": SHA}, "b": {"t": SHA}}
+    rows = [row("a", "t", "main", "ok", 2.0), row("b", "t", "main", "ok", 1.5),
+            row("a", "t", "rerun", "ok", 1.9)]
+    b = board(rows, files, ["t"], ["a", "b"])
+    assert [e.submission for e in b.ranked] == ["a"] and b.top == ["a", "b"]
+    assert [e.submission for e in b.unranked] == ["b"]  # its main figures, unranked
+    assert [(p.submission, p.round, p.reason) for p in b.pending] == [
+        ("b", "rerun", "not evaluated yet")]
+
+
+def test_all_slower_than_reference_is_ordered_by_the_real_geomean() -> None:
+    files = {"x": {"t1": SHA, "t2": SHA}, "y": {"t1": SHA, "t2": SHA}}
+    rows = [row("x", "t1", "main", "ok", 0.5), row("x", "t2", "main", "ok", 0.4),
+            row("y", "t1", "main", "ok", 0.9), row("y", "t2", "main", "ok", 0.8)]
+    b = board(rows, files, ["t1", "t2"], [])
+    assert b.none_faster
+    assert [e.submission for e in b.unranked] == ["y", "x"]
+    gm = b.unranked[0].stats["geomean"]
+    assert gm.value == pytest.approx((0.9 * 0.8) ** 0.5) and gm.low != gm.high
+    assert b.unranked[0].stats["floored_geomean"].value == 1.0
+    assert b.unranked[0].correct_count == 2
+
+
+def test_median_interval_is_the_order_statistics_of_the_sign_test() -> None:
+    ci = median_ci([float(x) for x in range(100, 0, -1)])
+    assert ci is not None and ci.value == 50.5 and (ci.low, ci.high) == (40.0, 61.0)
+    small = median_ci([3.0, 1.0, 2.0, 4.0, 5.0])  # 5 samples bound nothing at 95%
+    assert small is not None and small.value == 3.0 and small.low is None and small.n == 5
+    assert median_ci([]) is None
+
+
+def test_row_times_read_both_sides_of_the_report() -> None:
+    rep = {"timing": {"median_ms": 2.0, "samples": 30,
+                      "clocks": {"samples_ms": [2.0 + i / 100 for i in range(30)]}},
+           "timing_current": {"median_ms": 3.0, "samples": 4}}
+    sub, ref = row_times(json.dumps(rep))
+    assert sub is not None and sub.value == 2.0 and sub.n == 30
+    assert sub.low is not None and sub.high is not None and sub.low <= 2.15 <= sub.high
+    assert ref is not None and ref.value == 3.0 and ref.low is None and ref.n == 4
+    assert row_times(None) == (None, None) and row_times("not json") == (None, None)
