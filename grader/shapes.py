@@ -21,81 +21,13 @@ import math
 import random
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
+from grader.report.model import ShapeSets
+from grader.shapespec import DimRange, GenerateSpec
+from grader.task import TaskSpec
 from sandbox.contract.wire import DTYPE_CODES
 
-if TYPE_CHECKING:
-    from grader.report.model import ShapeSets
-    from grader.task import TaskSpec
-
-MAX_DIM = 1 << 31
-Identifier = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)]
-DtypeName = Literal["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8",
-                    "bool"]
 CASES = ("one", "prime", "pow2_below", "pow2_above", "block_below", "block_above")
-
-
-class DimRange(BaseModel):
-    """One generated dimension."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    min: int = Field(1, ge=0, le=MAX_DIM)
-    max: int = Field(ge=1, le=MAX_DIM)
-    multiple_of: int = Field(1, ge=1, le=1 << 20, description="Every drawn value divides by it.")
-    align: int = Field(1, ge=1, le=1 << 20, description="Tune values are multiples of it; hidden "
-                       "ones probe just below and above its multiples.")
-    allow_zero: bool = Field(False, description="Hidden shapes may hold an empty (0) size.")
-
-    @model_validator(mode="after")
-    def _nonempty(self) -> DimRange:
-        if self.max < self.min:
-            raise ValueError("max is below min")
-        if self.lo > self.hi:
-            raise ValueError(f"no multiple of {self.multiple_of} lies in [{self.min}, {self.max}]")
-        return self
-
-    @property
-    def lo(self) -> int:
-        m = self.multiple_of
-        return -(-max(self.min, 1) // m) * m
-
-    @property
-    def hi(self) -> int:
-        return self.max // self.multiple_of * self.multiple_of
-
-    def valid(self, v: int) -> bool:
-        return (v == 0 and self.allow_zero) or (self.lo <= v <= self.hi and v % self.multiple_of == 0)
-
-    def step(self, aligned: bool) -> int:
-        return math.lcm(self.align, self.multiple_of) if aligned else self.multiple_of
-
-
-class GenerateSpec(BaseModel):
-    """``shapes.generate``: what to draw for each evaluation."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    dims: dict[Identifier, DimRange] = Field(min_length=1, max_length=8)
-    dtypes: dict[Identifier, list[DtypeName]] = Field(
-        default_factory=dict, description="Dtype variables tensors may name as their dtype, "
-                                          "with the choices drawn shapes cycle through.")
-    tune: int = Field(2, ge=1, le=32, description="Tune shapes (A) to draw.")
-    hidden: int = Field(6, ge=1, le=128, description="Hidden shapes (B) to draw; at least one "
-                        "per edge case plus the larger shape are always drawn.")
-
-    @model_validator(mode="after")
-    def _names(self) -> GenerateSpec:
-        both = set(self.dims) & set(self.dtypes)
-        if both:
-            raise ValueError(f"{sorted(both)} named both a dimension and a dtype variable")
-        for var, choices in self.dtypes.items():
-            if not choices or len(set(choices)) != len(choices):
-                raise ValueError(f"dtype variable {var!r} needs distinct choices")
-        return self
 
 
 @dataclass(frozen=True)
@@ -257,8 +189,6 @@ def resolve_shapes(task: TaskSpec, seed: int | None = None) -> tuple[TaskSpec, D
 
 def draw_shapes(task: TaskSpec, seed: int | None = None) -> tuple[TaskSpec, ShapeSets | None]:
     """:func:`resolve_shapes`, and the drawn sets as the report records them."""
-    from grader.report.model import ShapeSets
-
     resolved, drawn = resolve_shapes(task, seed)
     if drawn is None or task.shapes.generate is None:
         return resolved, None

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from grader.costexpr import compile_expr, eval_expr
 from grader.errors import TaskError
 from grader.limits import Limits
-from grader.shapes import GenerateSpec
+from grader.shapespec import GenerateSpec
 from sandbox.contract import wire
 
 DType = Literal["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]

@@ -24,7 +24,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import stat
 import tempfile
 import threading
@@ -33,8 +32,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import structlog
+
+from grader.backends.owner import current_owner, owner_alive, owner_gone, owner_of
+
+# The owner tokens live in grader.backends.owner (a leaf the docker backend imports too);
+# they are re-exported here, beside the markers that carry them.
+__all__ = [
+    "FOLDER_PREFIXES",
+    "OWNER_FILE",
+    "CleanupReport",
+    "current_owner",
+    "mark_kept",
+    "mark_owner",
+    "marked_here",
+    "owner_alive",
+    "owner_gone",
+    "owner_of",
+    "read_marker",
+    "reclaim_folders",
+    "reclaim_orphans",
+    "remove_quietly",
+    "sweep_orphans",
+]
 
 log = structlog.get_logger("kgrader.cleanup")
 OWNER_FILE = ".kgrader-owner"
@@ -42,50 +62,7 @@ FOLDER_PREFIXES = ("kgrader-eval-", "kgrader-mode-", "kgrader-scratch-")
 UNOWNED_AFTER_S = 24 * 3600.0
 SWEEP_EXIT_WAIT_S = 10.0
 _MARKER_MAX = 4096
-_owner_cache: dict[int, str] = {}
 _marked: set[Path] = set()
-
-
-def owner_of(pid: int) -> str:
-    """``host:pid:start-time`` of a process (``?`` as start time when it is gone)."""
-    try:
-        started = f"{psutil.Process(pid).create_time():.2f}"
-    except psutil.Error:
-        started = "?"
-    return f"{socket.gethostname()}:{pid}:{started}"
-
-
-def current_owner() -> str:
-    """This process's owner token (recomputed after a fork: the pid changed)."""
-    pid = os.getpid()
-    if pid not in _owner_cache:
-        _owner_cache[pid] = owner_of(pid)
-    return _owner_cache[pid]
-
-
-def owner_gone(owner: str | None) -> bool:
-    """Whether ``owner`` names a process of this host that provably no longer runs.
-
-    Stricter than ``not owner_alive``: a malformed token, another host's token or one
-    without a start time is never "gone" (nothing proves it), so an automatic sweep
-    leaves its things to ``kgrader sandbox cleanup``.
-    """
-    if not owner or owner.count(":") < 2:
-        return False
-    host, pid, started = owner.rsplit(":", 2)
-    if host != socket.gethostname() or not pid.isdigit() or started == "?":
-        return False
-    return owner_of(int(pid)) != owner
-
-
-def owner_alive(owner: str | None) -> bool:
-    """Whether the process an owner token names still runs on this host."""
-    if not owner or owner.count(":") < 2:
-        return False
-    host, pid, started = owner.rsplit(":", 2)
-    if host != socket.gethostname() or not pid.isdigit() or started == "?":
-        return False
-    return owner_of(int(pid)) == owner
 
 
 def mark_owner(root: Path) -> None:

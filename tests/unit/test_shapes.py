@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from grader.shapes import GenerateSpec, bound_shape, draw, draw_shapes, named, resolve_shapes
+from grader.shapes import bound_shape, draw, draw_shapes, named, resolve_shapes
+from grader.shapespec import GenerateSpec
 from grader.task import TaskSpec
 from sandbox.contract.wire import DTYPE_CODES
 

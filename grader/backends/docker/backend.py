@@ -10,6 +10,7 @@ end (:mod:`grader.backends.classify`), remove the container.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from dataclasses import replace
@@ -38,6 +39,7 @@ from grader.backends.docker.config import (
     gpu_node_gids,
 )
 from grader.backends.docker.images import build_command, default_image
+from grader.backends.docker.prereqs import START_HINT
 from grader.backends.docker.supervise import Watched, supervise
 from grader.backends.enforcement import (
     DiskEnforcement,
@@ -52,6 +54,43 @@ from grader.backends.registry import sandbox_backend
 from grader.errors import ImageMissingError, SandboxUnavailableError
 
 log = structlog.get_logger("kgrader.docker")
+
+
+def require_image(c: docker.DockerClient, image: str, device: Device) -> str:
+    """``image`` if it is present locally (kgrader never pulls), else :class:`ImageMissingError`."""
+    try:
+        c.images.get(image)
+    except docker.errors.ImageNotFound as exc:
+        raise ImageMissingError(
+            f"docker image {image} is not present (kgrader never pulls)",
+            hint=f"build it: {build_command(image, device)}",
+        ) from exc
+    except docker.errors.DockerException as exc:
+        raise SandboxUnavailableError(f"dockerd failed: {exc}", hint=START_HINT) from exc
+    return image
+
+
+def check_available(c: docker.DockerClient, image: str | None, device: Device,
+                    harness_dir: Path) -> None:
+    """Daemon reachable, image local, harness present, GPU plumbing where needed."""
+    require_image(c, image or default_image(device), device)
+    if not harness_dir.is_dir():
+        raise SandboxUnavailableError(f"harness package not found at {harness_dir}")
+    if device == "cuda":
+        runtimes = c.info().get("Runtimes", {}) or {}
+        if "nvidia" not in runtimes and not _which("nvidia-container-runtime-hook"):
+            raise SandboxUnavailableError(
+                "dockerd cannot expose NVIDIA GPUs",
+                hint="install nvidia-container-toolkit and restart dockerd",
+            )
+    if device == "rocm" and not Path("/dev/kfd").exists():
+        raise SandboxUnavailableError("no /dev/kfd: the ROCm kernel driver is not loaded")
+
+
+def _which(name: str) -> bool:
+    return any(
+        os.access(os.path.join(d, name), os.X_OK) for d in os.environ.get("PATH", "").split(":")
+    )
 
 
 @sandbox_backend("docker")
@@ -71,7 +110,7 @@ class DockerBackend(SandboxBackend):
 
     def check_available(self, device: Device) -> None:
         """Daemon reachable, image local, harness present, GPU plumbing where needed."""
-        prereqs.check_available(prereqs.client(), self.image, device, self.harness_dir)
+        check_available(prereqs.client(), self.image, device, self.harness_dir)
 
     def python(self) -> str:
         """``python3`` on the image's PATH (the venv when the image has one)."""
@@ -81,7 +120,7 @@ class DockerBackend(SandboxBackend):
         """Run ``spec`` in a fresh container and always remove it afterwards."""
         gpu = resolve_gpu_ids(spec.device, spec.gpu_ids)  # bad input first, on every backend
         client = prereqs.client()
-        image = prereqs.require_image(client, self.image_for(spec.device), spec.device)
+        image = require_image(client, self.image_for(spec.device), spec.device)
         spec = replace(spec, gpu_ids=gpu.ids)
         prepare_out_dir(spec.out_dir)
         name = f"kgrader-{_slug(spec.label)}-{uuid.uuid4().hex[:8]}"

@@ -23,8 +23,8 @@ import docker.errors
 import structlog
 from docker.models.containers import Container
 
-from grader.backends.cleanup import owner_alive, owner_gone
 from grader.backends.docker.config import LABEL, LABEL_OWNER
+from grader.backends.owner import owner_alive, owner_gone
 
 log = structlog.get_logger("kgrader.docker")
 _live: set[str] = set()
@@ -109,7 +109,7 @@ def reclaim_containers(
     A container whose owner still runs on this host belongs to an evaluation in progress
     and is kept unless ``include_live``. Running orphans are killed and removed too.
     ``gone_only`` (the automatic sweep): remove only containers whose owner is provably
-    gone from this host (:func:`~grader.backends.cleanup.owner_gone`); another host's
+    gone from this host (:func:`~grader.backends.owner.owner_gone`); another host's
     container on a shared daemon stays.
     """
     removed: list[str] = []

@@ -33,7 +33,6 @@ from grader.backends.base import (
     SHM_MOUNT,
     SandboxSpec,
 )
-from grader.backends.cleanup import current_owner
 from grader.backends.gpu import (
     DEVICE_GIDS_ENV,
     NVIDIA_CONTROL_NODES,
@@ -41,6 +40,7 @@ from grader.backends.gpu import (
     device_gids,
     resolve_gpu_ids,
 )
+from grader.backends.owner import current_owner
 
 LABEL = "kgrader"
 LABEL_RUN = "kgrader.label"

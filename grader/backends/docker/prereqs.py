@@ -1,22 +1,21 @@
-"""What the docker backend needs before it can run anything, and the one docker client.
+"""The one docker client, and an image's id.
 
 :func:`client` is the only place kgrader builds a docker client: the backend, image
 builds, cleanup and the hardware fingerprint all get theirs here, with the same error
-(:class:`SandboxUnavailableError`, with a hint that says how to start dockerd).
+(:class:`SandboxUnavailableError`, with a hint that says how to start dockerd). A leaf: it
+imports nothing of the docker backend (the image and plumbing checks that name images are
+the backend's, :func:`grader.backends.docker.backend.check_available`).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from pathlib import Path
 
 import docker
 import docker.errors
 
-from grader.backends.base import Device
-from grader.backends.docker.images import build_command, default_image
-from grader.errors import ImageMissingError, SandboxUnavailableError
+from grader.errors import SandboxUnavailableError
 
 START_HINT = (
     "start it as root with scripts/docker-setup.sh, or "
@@ -45,46 +44,9 @@ def client() -> docker.DockerClient:
         return made
 
 
-def require_image(c: docker.DockerClient, image: str, device: Device) -> str:
-    """``image`` if it is present locally (kgrader never pulls), else :class:`ImageMissingError`."""
-    try:
-        c.images.get(image)
-    except docker.errors.ImageNotFound as exc:
-        raise ImageMissingError(
-            f"docker image {image} is not present (kgrader never pulls)",
-            hint=f"build it: {build_command(image, device)}",
-        ) from exc
-    except docker.errors.DockerException as exc:
-        raise SandboxUnavailableError(f"dockerd failed: {exc}", hint=START_HINT) from exc
-    return image
-
-
 def image_id(image: str) -> str:
     """The local id of ``image`` (for fingerprints); :class:`SandboxUnavailableError` if absent."""
     try:
         return str(client().images.get(image).id)
     except docker.errors.DockerException as exc:
         raise SandboxUnavailableError(f"cannot fingerprint docker image {image}: {exc}") from None
-
-
-def check_available(c: docker.DockerClient, image: str | None, device: Device,
-                    harness_dir: Path) -> None:
-    """Daemon reachable, image local, harness present, GPU plumbing where needed."""
-    require_image(c, image or default_image(device), device)
-    if not harness_dir.is_dir():
-        raise SandboxUnavailableError(f"harness package not found at {harness_dir}")
-    if device == "cuda":
-        runtimes = c.info().get("Runtimes", {}) or {}
-        if "nvidia" not in runtimes and not _which("nvidia-container-runtime-hook"):
-            raise SandboxUnavailableError(
-                "dockerd cannot expose NVIDIA GPUs",
-                hint="install nvidia-container-toolkit and restart dockerd",
-            )
-    if device == "rocm" and not Path("/dev/kfd").exists():
-        raise SandboxUnavailableError("no /dev/kfd: the ROCm kernel driver is not loaded")
-
-
-def _which(name: str) -> bool:
-    return any(
-        os.access(os.path.join(d, name), os.X_OK) for d in os.environ.get("PATH", "").split(":")
-    )
