@@ -196,6 +196,12 @@ class AcceptanceSpec(_Frozen):
         description="Timed calls of each side in one pair (interleaved ABAB.. or BABA..), the "
                     "pair's time for a side being their median: fewer, less noisy pairs. "
                     "Pair counts (pairs, min_pairs, looks) stay counts of pairs.")
+    pair_offset_us: float = Field(
+        0.25, ge=0, le=1000,
+        description="Allowance (us) for the offset a pair of runners carries for its life "
+                    "(two runners of one source differ by ~0.09 us standard deviation on an "
+                    "H200): every rule and the replicate ask for the margin plus this much of "
+                    "the current's median time. Matters below ~30 us; 0 turns it off.")
     replicate_margin: float | None = Field(
         None, ge=0, lt=1,
         description="The independent replicate confirms an acceptance only with a speed-up "
@@ -210,7 +216,8 @@ class AcceptanceSpec(_Frozen):
             rule=self.rule, min_improvement_fraction=self.min_improvement_fraction,
             min_pairs=self.min_pairs, min_positive_fraction=self.min_positive_fraction,
             pairs=self.pairs, alpha=self.alpha, looks=tuple(sorted(self.looks)),
-            replicate_margin=self.veto_margin, calls_per_pair=self.calls_per_pair)
+            replicate_margin=self.veto_margin, calls_per_pair=self.calls_per_pair,
+            pair_offset_us=self.pair_offset_us)
 
 
 class TaskSpec(_Frozen):

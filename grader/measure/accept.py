@@ -28,7 +28,13 @@ from typing import Any
 from grader.report.model import AcceptanceResult, RuleOutcome
 from grader.task import AcceptanceSpec
 from sandbox.contract import wire
-from sandbox.contract.rules import SeedRuleResult, SignTestResult, controlled_rule, seed_rule
+from sandbox.contract.rules import (
+    SeedRuleResult,
+    SignTestResult,
+    allowance,
+    controlled_rule,
+    seed_rule,
+)
 from sandbox.contract.stats import median, percentile
 
 __all__ = [
@@ -50,6 +56,7 @@ def seed_outcome(t_cur: Sequence[float], t_cand: Sequence[float], spec: Acceptan
         min_pairs=spec.min_pairs,
         min_improvement_fraction=spec.min_improvement_fraction,
         min_positive_fraction=spec.min_positive_fraction,
+        offset_ms=spec.pair_offset_us / 1e3,
     )
     numbers = asdict(res)
     del numbers["accepted"], numbers["reason"]
@@ -68,7 +75,7 @@ def controlled_outcome(
     """
     res: SignTestResult = controlled_rule(
         t_cur, t_cand, delta=spec.min_improvement_fraction, alpha=spec.alpha, looks=spec.looks,
-        min_pairs=spec.min_pairs, point_margin=gain)
+        min_pairs=spec.min_pairs, point_margin=gain, offset_ms=spec.pair_offset_us / 1e3)
     accepted, reason = res.accepted, res.reason
     numbers: dict[str, Any] = asdict(res)
     del numbers["accepted"], numbers["reason"]
@@ -129,7 +136,9 @@ def decide_with_replicate(rec: wire.AcceptanceRecord, spec: AcceptanceSpec) -> A
 
     Winner's curse: the reported speed-up comes from an independent replicate (new
     runners, buffers and seeds), and an acceptance stands only when that replicate
-    measures a speed-up above ``1 + spec.replicate_margin``. The judge runs the replicate
+    measures a speed-up above ``(1 + spec.replicate_margin) * (1 + a)``, ``a`` the runner
+    pair's offset allowance (``spec.pair_offset_us`` over the replicate's current median:
+    a fresh pair carries an offset of its own). The judge runs the replicate
     exactly when this module's rule accepts the deciding run (it calls the same function).
     """
     result = decide(rec.deciding.t_cur, rec.deciding.t_cand, spec)
@@ -137,7 +146,7 @@ def decide_with_replicate(rec: wire.AcceptanceRecord, spec: AcceptanceSpec) -> A
     if rep is not None and rep.t_cur and rep.t_cand:
         speedup = median(rep.t_cur) / median(rep.t_cand)
         result.replicate_speedup = speedup
-        need = 1.0 + spec.veto_margin
+        need = (1.0 + spec.veto_margin) * (1.0 + allowance(rep.t_cur, spec.pair_offset_us / 1e3))
         if result.accepted and not speedup > need:
             result.accepted = False
             result.reason = (f"not confirmed: the independent replicate measured a speed-up of "

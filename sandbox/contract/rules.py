@@ -16,6 +16,16 @@ one run, interleaved with alternating order:
   confidence bound on the median of ``d``; accepted when that bound is below
   ``-ln(1 + delta)``. Its false-accept rate is at most ``alpha`` whenever the true median
   improvement is below ``delta`` (see :class:`SequentialSignTest` for the argument).
+
+**A runner pair's own offset** (``offset_ms``): two runners of the same source differ by a
+small constant for their whole life (on an H200 ~0.09 us standard deviation between fresh
+pairs, whatever the kernel's length: their CUDA contexts, streams, code copies). Pairs of
+one run share it, so no number of pairs averages it away, and against a ~5 us kernel it is
+a few percent, beyond a 1% margin. Every rule therefore asks for the margin *plus* that
+allowance: with ``a = offset_ms / median(t_cur)`` (the current's own median time over the
+pairs judged so far), the seed rule needs ``median(r) >= delta + a`` and the sign-test
+rules move their thresholds by ``-ln(1 + a)``. At 1 ms an allowance of 0.25 us is 0.025%,
+at 5 us 5%: short kernels need a larger gain to be accepted, never a smaller one.
 """
 
 from __future__ import annotations
@@ -55,6 +65,14 @@ def pair_problem(t_cur: Sequence[float], t_cand: Sequence[float]) -> str | None:
     return None
 
 
+def allowance(t_cur: Sequence[float], offset_ms: float) -> float:
+    """The offset allowance as a fraction of the current's median time (0 without one)."""
+    if offset_ms <= 0 or not t_cur:
+        return 0.0
+    mid = statistics.median(t_cur)
+    return offset_ms / mid if mid > 0 else 0.0
+
+
 # --- the seed rule --------------------------------------------------------------------
 
 
@@ -71,6 +89,7 @@ class SeedRuleResult:
     min_pairs: int
     min_improvement_fraction: float
     min_positive_fraction: float
+    offset_allowance: float = 0.0
 
 
 def seed_rule(
@@ -80,12 +99,15 @@ def seed_rule(
     min_pairs: int = 5,
     min_improvement_fraction: float = 0.01,
     min_positive_fraction: float = 0.6,
+    offset_ms: float = 0.0,
 ) -> SeedRuleResult:
     """Apply the seed rule to paired timings; never raises on bad timings (not accepted)."""
     limits = (min_pairs, min_improvement_fraction, min_positive_fraction)
     problem = pair_problem(t_cur, t_cand)
     if problem is not None:
         return SeedRuleResult(False, problem, len(t_cur), None, None, 0, *limits)
+    allow = allowance(t_cur, offset_ms)
+    need = min_improvement_fraction + allow
     n = len(t_cur)
     r = [(c - k) / c for c, k in zip(t_cur, t_cand, strict=True)]
     positives = sum(1 for x in r if x > 0)
@@ -93,8 +115,9 @@ def seed_rule(
     pos_frac = positives / n if n else None
     if n < min_pairs:
         reason = f"{n} pairs < min_pairs {min_pairs}"
-    elif med is not None and med < min_improvement_fraction:
-        reason = f"median improvement {med:.4f} < min_improvement_fraction {min_improvement_fraction}"
+    elif med is not None and med < need:
+        reason = (f"median improvement {med:.4f} < min_improvement_fraction {min_improvement_fraction}"
+                  + (f" + offset allowance {allow:.4f}" if allow else ""))
     elif pos_frac is not None and pos_frac < min_positive_fraction:
         reason = (
             f"positive pairs {positives}/{n} = {pos_frac:.3f} "
@@ -103,11 +126,11 @@ def seed_rule(
     else:
         return SeedRuleResult(
             True,
-            f"median improvement {med:.4f} >= {min_improvement_fraction} with "
+            f"median improvement {med:.4f} >= {need:.4g} with "
             f"{positives}/{n} positive pairs over {n} pairs",
-            n, med, pos_frac, positives, *limits,
+            n, med, pos_frac, positives, *limits, allow,
         )
-    return SeedRuleResult(False, reason, n, med, pos_frac, positives, *limits)
+    return SeedRuleResult(False, reason, n, med, pos_frac, positives, *limits, allow)
 
 
 # --- the exact sign test --------------------------------------------------------------
@@ -152,6 +175,8 @@ class Look:
     positives: int
     median_d: float
     decision: Decision
+    threshold: float = 0.0
+    offset_allowance: float = 0.0
 
 
 @dataclass
@@ -168,6 +193,7 @@ class SignTestResult:
     looks_planned: list[int]
     pairs: int
     looks_taken: list[Look] = field(default_factory=list)
+    offset_ms: float = 0.0
 
     @property
     def last(self) -> Look | None:
@@ -201,17 +227,23 @@ class SequentialSignTest:
     """
 
     def __init__(self, delta: float, alpha: float, looks: Sequence[int] = DEFAULT_LOOKS,
-                 point_margin: bool = False) -> None:
+                 point_margin: bool = False, offset_ms: float = 0.0) -> None:
         """``point_margin`` (the ``gain`` rule): test "any gain" (threshold 0) and put the
         margin ``delta`` on the point estimate instead: accept when the upper bound on the
         median ``d`` is below 0 **and** the median ``d`` itself is at most
         ``-ln(1 + delta)``. Its false-accept rate for candidates with no gain is controlled
         at ``alpha`` like the controlled rule's; candidates with a gain below the margin can
-        be accepted, with a probability that falls as their gain does."""
+        be accepted, with a probability that falls as their gain does.
+
+        ``offset_ms``: a runner pair's offset allowance (module docstring): at each look both
+        the threshold and the point margin move by ``-ln(1 + a)``, ``a`` from the current's
+        median time over the pairs so far; ``threshold`` stays the value without it."""
         if not 0 <= delta < 1:
             raise ValueError(f"delta {delta} outside [0, 1)")
         if not 0 < alpha < 0.5:
             raise ValueError(f"alpha {alpha} outside (0, 0.5)")
+        if not (math.isfinite(offset_ms) and offset_ms >= 0):
+            raise ValueError(f"offset_ms {offset_ms} must be finite and >= 0")
         planned = list(looks)
         if not planned or any(b <= a for a, b in itertools.pairwise(planned)) or planned[0] < 1:
             raise ValueError(f"looks must be positive and strictly increasing, got {planned}")
@@ -222,6 +254,8 @@ class SequentialSignTest:
         self.point_margin = point_margin
         self.point = -math.log1p(delta)
         self.threshold = 0.0 if point_margin else self.point
+        self.offset_ms = offset_ms
+        self._cur: list[float] = []
         self._d: list[float] = []
         self._taken: list[Look] = []
         self._decision: Decision = "continue"
@@ -243,6 +277,7 @@ class SequentialSignTest:
         if problem is not None:
             raise ValueError(problem)
         self._d.append(math.log(t_cand / t_cur))
+        self._cur.append(t_cur)
         if len(self._d) in self.looks:
             self._look(last=len(self._d) == self.looks[-1])
         return self._decision
@@ -276,6 +311,7 @@ class SequentialSignTest:
             looks_planned=list(self.looks),
             pairs=len(self._d),
             looks_taken=list(self._taken),
+            offset_ms=self.offset_ms,
         )
 
     def _look(self, *, last: bool) -> None:
@@ -284,12 +320,15 @@ class SequentialSignTest:
         k = sign_test_rank(n, self.alpha_per_look)
         upper = d[k - 1] if k is not None else None
         lower = d[n - k] if k is not None else None
-        below = sum(1 for x in d if x < self.threshold)
-        above = sum(1 for x in d if x > self.threshold)
-        point_ok = not self.point_margin or statistics.median(d) <= self.point
-        if upper is not None and upper < self.threshold and point_ok:
+        allow = allowance(self._cur, self.offset_ms)
+        shift = math.log1p(allow)
+        threshold = self.threshold - shift
+        below = sum(1 for x in d if x < threshold)
+        above = sum(1 for x in d if x > threshold)
+        point_ok = not self.point_margin or statistics.median(d) <= self.point - shift
+        if upper is not None and upper < threshold and point_ok:
             decision: Decision = "accept"
-        elif last or (lower is not None and lower > self.threshold):
+        elif last or (lower is not None and lower > threshold):
             decision = "reject"
         else:
             decision = "continue"
@@ -297,7 +336,7 @@ class SequentialSignTest:
             pairs=n, alpha=self.alpha_per_look, rank=k, upper_bound=upper, lower_bound=lower,
             below_threshold=below, above_threshold=above,
             positives=sum(1 for x in d if x < 0), median_d=statistics.median(d),
-            decision=decision,
+            decision=decision, threshold=threshold, offset_allowance=allow,
         ))
         self._decision = decision
 
@@ -308,7 +347,9 @@ class SequentialSignTest:
                 return "no pairs measured"
             return f"{len(self._d)} pairs; first look at {self.looks[0]}"
         head = f"look {len(self._taken)}/{len(self.looks)} at {look.pairs} pairs"
-        thr = f"threshold -ln(1+{self.delta}) = {self.threshold:.5f}"
+        thr = (f"threshold -ln(1+{self.delta}) = {self.threshold:.5f}" if not look.offset_allowance
+               else f"threshold -ln(1+{self.delta}) - ln(1+{look.offset_allowance:.4f}) "
+                    f"(offset allowance {self.offset_ms * 1e3:.3g} us) = {look.threshold:.5f}")
         if look.upper_bound is None:
             bound = (f"no upper bound at level alpha/looks = {self.alpha_per_look:.4g} "
                      f"with {look.pairs} pairs")
@@ -319,7 +360,7 @@ class SequentialSignTest:
             return f"{head}: {bound} < {thr}"
         if self._decision == "continue":
             return f"{head}: {bound} not < {thr}; continuing"
-        if look.lower_bound is not None and look.lower_bound > self.threshold:
+        if look.lower_bound is not None and look.lower_bound > look.threshold:
             return (f"{head}: futility: lower bound {look.lower_bound:.5f} > {thr} "
                     f"(median d {look.median_d:.5f})")
         return f"{head}: last look, {bound} not < {thr}"
@@ -333,6 +374,7 @@ def sequential_sign_test(
     alpha: float = 0.01,
     looks: Sequence[int] = DEFAULT_LOOKS,
     point_margin: bool = False,
+    offset_ms: float = 0.0,
 ) -> SignTestResult:
     """The controlled rule on paired timings already measured; never raises on bad timings.
 
@@ -340,7 +382,7 @@ def sequential_sign_test(
     are not used. When the data end between planned looks, a final look is taken at the
     pair count reached (see :meth:`SequentialSignTest.finish`).
     """
-    test = SequentialSignTest(delta, alpha, looks, point_margin=point_margin)
+    test = SequentialSignTest(delta, alpha, looks, point_margin=point_margin, offset_ms=offset_ms)
     problem = pair_problem(t_cur, t_cand)
     if problem is not None:
         res = test.result()
@@ -354,14 +396,15 @@ def sequential_sign_test(
 
 
 def controlled_rule(t_cur: Sequence[float], t_cand: Sequence[float], *, delta: float, alpha: float,
-                    looks: Sequence[int], min_pairs: int, point_margin: bool = False) -> SignTestResult:
+                    looks: Sequence[int], min_pairs: int, point_margin: bool = False,
+                    offset_ms: float = 0.0) -> SignTestResult:
     """The controlled rule as a task applies it (or, with ``point_margin``, the ``gain``
     variant): the sequential sign test, and no acceptance from fewer than ``min_pairs``
     pairs whatever the test says."""
     import dataclasses
 
     res = sequential_sign_test(t_cur, t_cand, delta=delta, alpha=alpha, looks=looks,
-                               point_margin=point_margin)
+                               point_margin=point_margin, offset_ms=offset_ms)
     if pair_problem(t_cur, t_cand) is None and len(t_cur) < min_pairs:
         res = dataclasses.replace(res, accepted=False,
                                   reason=f"{len(t_cur)} pairs < min_pairs {min_pairs}; {res.reason}")
@@ -370,12 +413,13 @@ def controlled_rule(t_cur: Sequence[float], t_cand: Sequence[float], *, delta: f
 
 def rule_accepts(t_cur: Sequence[float], t_cand: Sequence[float], *, rule: str, min_pairs: int,
                  min_improvement_fraction: float, min_positive_fraction: float, alpha: float,
-                 looks: Sequence[int]) -> bool:
+                 looks: Sequence[int], offset_ms: float = 0.0) -> bool:
     """Whether the task's deciding rule accepts these pairs: the judge asks this before it
     spends a replicate, the host asks the same function when it decides."""
     if rule == "seed":
         return seed_rule(t_cur, t_cand, min_pairs=min_pairs,
                          min_improvement_fraction=min_improvement_fraction,
-                         min_positive_fraction=min_positive_fraction).accepted
+                         min_positive_fraction=min_positive_fraction, offset_ms=offset_ms).accepted
     return controlled_rule(t_cur, t_cand, delta=min_improvement_fraction, alpha=alpha, looks=looks,
-                           min_pairs=min_pairs, point_margin=rule == "gain").accepted
+                           min_pairs=min_pairs, point_margin=rule == "gain",
+                           offset_ms=offset_ms).accepted

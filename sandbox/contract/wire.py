@@ -120,6 +120,7 @@ class AcceptanceWire:
     looks: tuple[int, ...]
     replicate_margin: float = 0.0
     calls_per_pair: int = 1
+    pair_offset_us: float = 0.0
 
 
 @dataclass(frozen=True)

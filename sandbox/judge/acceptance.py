@@ -36,7 +36,8 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
     frac = ev.task.correctness.timed_check_fraction
     clocks = {id(cand): SideClock(ev, cand, "accept"), id(cur): SideClock(ev, cur, "accept")}
     seq = rules.SequentialSignTest(delta=acc.min_improvement_fraction, alpha=acc.alpha,
-                                   looks=acc.looks, point_margin=acc.rule == "gain") \
+                                   looks=acc.looks, point_margin=acc.rule == "gain",
+                                   offset_ms=acc.pair_offset_us / 1e3) \
         if sequential else None
     probe = gpu_idle.probe() if ev.dev == "cuda" else None
     last: Side | None = None
@@ -144,7 +145,7 @@ def accepts(acc: AcceptanceWire, pairs: PairsRecord) -> bool:
     return rules.rule_accepts(pairs.t_cur, pairs.t_cand, rule=acc.rule, min_pairs=acc.min_pairs,
                               min_improvement_fraction=acc.min_improvement_fraction,
                               min_positive_fraction=acc.min_positive_fraction, alpha=acc.alpha,
-                              looks=acc.looks)
+                              looks=acc.looks, offset_ms=acc.pair_offset_us / 1e3)
 
 
 def acceptance_stage(ev: Evaluation, cand: Side) -> AcceptanceRecord:
