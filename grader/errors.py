@@ -8,7 +8,9 @@ Two families, kept apart as isolate keeps ``XX`` apart from ``RE``/``TO``:
   bubblewrap, no image, dockerd gone). CLI exit code 2, report stage ``sandbox``.
 
 A candidate's own failures are never exceptions on the host: they are values in the
-report (:class:`grader.report.model.ReportError`).
+report (:class:`grader.report.model.ReportError`). Every code here (a class's ``code``,
+a ``code=`` argument) is one of the catalogue's host codes (:mod:`sandbox.contract.codes`,
+``docs/errors.md``); tests/unit/test_error_catalogue.py refuses any other.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from grader.backends.enforcement import Enforcement
 from grader.diagnostics.models import Diagnostics
 from grader.limits import LimitName, Limits
+from sandbox.contract import codes
 
 SCHEMA_VERSION = "2.0"
 
@@ -40,7 +41,10 @@ class ReportError(_Model):
     """
 
     stage: Stage
-    code: str = Field(pattern=r"^[a-z][a-z0-9_.\-]*$", max_length=64)
+    code: str = Field(pattern=r"^[a-z][a-z0-9_.\-]*$", max_length=64, json_schema_extra={
+        "description": "One of the catalogue's codes (docs/errors.md, sandbox/contract/codes.py); "
+                       "in the scan stage, the id of the rule that denied the source.",
+        "anyOf": [{"enum": list(codes.report_codes())}, {"pattern": codes.RULE_ID}]})
     origin: Origin
     message: str = Field(max_length=4000)
     line: int | None = None

@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 
 from grader.diagnostics.records import record_problem
-from sandbox.contract import text, wire
+from sandbox.contract import codes, text, wire
 
 # The record's schema is the wire contract itself, parsed strictly by
 # ``wire.record_from_json`` (unknown keys, missing keys, wrong types) after the MAC
@@ -45,6 +45,8 @@ def _caps(rec: wire.Record) -> str | None:
     for e in rec.errors:
         if not CODE.match(e.code) or len(e.code) > 64 or len(e.message) > MAX_MESSAGE:
             return f"error code {e.code[:70]!r} or its message breaks the contract"
+        if not codes.is_report_code(e.code) or e.origin not in codes.lookup(e.code).origins:
+            return f"error code {e.code!r} ({e.origin}) is not in the catalogue (docs/errors.md)"
     if rec.stage == "integrity" or any(e.stage == "integrity" and e.code != "out_tampered"
                                        for e in rec.errors):
         return "only the host may judge integrity, apart from out_tampered"

@@ -32,6 +32,7 @@ from sandbox.contract.wire import (
     dumps,
     request_from_json,
 )
+from sandbox.judge.failure import infrastructure
 from sandbox.launcher import harden
 
 OUT = os.environ.get("KGRADER_OUT", "/kg/out")
@@ -66,8 +67,7 @@ def _error_record(device: str, err: ErrorWire) -> Record:
 
 
 def _infra(code: str, message: str, detail: dict[str, object] | None = None) -> ErrorWire:
-    return ErrorWire(stage="sandbox", code=code, message=message[-3000:], origin="infrastructure",
-                     detail=dict(detail or {}))
+    return infrastructure(code, message[-3000:], detail).error  # a traceback's tail
 
 
 def _clear(names: list[str]) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from sandbox.contract.wire import WIRE_VERSION, ErrorWire, JudgeRequest, Record
 from sandbox.judge.device import device_environment
-from sandbox.judge.failure import StageFailure
+from sandbox.judge.failure import StageFailure, infrastructure
 from sandbox.launcher.proc import RunnerFailure
 
 if TYPE_CHECKING:
@@ -20,8 +20,7 @@ if TYPE_CHECKING:
 
 
 def _infra(code: str, e: BaseException) -> ErrorWire:
-    return ErrorWire(stage="sandbox", code=code, origin="infrastructure",
-                     message="".join(traceback.format_exception(e))[-3000:])
+    return infrastructure(code, "".join(traceback.format_exception(e))[-3000:]).error
 
 
 def run_mode(req: JudgeRequest, started: tuple[float, float], gate_wait: float = 0.0) -> Record:

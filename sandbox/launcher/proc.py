@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.contract import text
+from sandbox.contract import codes, text
 from sandbox.launcher import harden, identity, protocol
 
 
@@ -40,12 +40,13 @@ RUNNER_ENTRY = "sandbox.runner.boot"
 
 def _runner_error(err: Any) -> RunnerFailure:
     """A runner's own account of its failure, as data: every string cleaned and capped
-    (``sandbox.contract.text``), the code one the record's contract allows. It is the candidate's
+    (``sandbox.contract.text``), the code one of a runner's own (``codes.runner_code``: any
+    other becomes ``exception``, its text kept as ``runner_code``). It is the candidate's
     text: it may hold anything, and must break nothing downstream."""
     if not isinstance(err, dict):
         return RunnerFailure("protocol_violation", "runner reply has neither ok nor error")
     raw = err.get("code", "exception")
-    code = text.clean_code(raw)
+    code = codes.runner_code(raw)
     detail: dict[str, Any] = {"type": text.clean(err.get("type", ""), text.NAME_CAP, lines=False)}
     if code != raw:
         detail["runner_code"] = text.clean(raw, text.NAME_CAP, lines=False)

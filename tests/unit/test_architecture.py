@@ -8,8 +8,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # What grader/ may import from sandbox/: the contract, and the statistics both sides must
 # compute identically (the judge stops a sequential test where the host decides it), and
-# the one rule that makes a candidate's text safe (the judge's record, the host's reports).
-SHARED = {"sandbox.contract.wire", "sandbox.contract.stats", "sandbox.contract.rules", "sandbox.contract.text"}
+# the one rule that makes a candidate's text safe (the judge's record, the host's reports),
+# and the catalogue of error codes both sides create and check.
+SHARED = {"sandbox.contract.wire", "sandbox.contract.stats", "sandbox.contract.rules", "sandbox.contract.text",
+          "sandbox.contract.codes"}
 MAX_LINES = 450
 
 

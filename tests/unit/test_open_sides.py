@@ -97,20 +97,20 @@ def test_both_runners_get_set_up_and_loaded_before_any_answer_is_awaited(fake: t
 
 
 def test_the_current_bests_load_failure_is_blamed_on_it(fake: type[_Side]) -> None:
-    fake.fail = {"cur.py": "import_error"}
+    fake.fail = {"cur.py": "import"}
     with pytest.raises(StageFailure) as e:
         sides_mod.open_sides(_Ev(), [("cand.py", ()), ("cur.py", ())], "accept",  # type: ignore[arg-type]
                              [("", ""), ("current_", "the current best failed to load: ")])
-    assert e.value.error.code == "current_import_error"
+    assert e.value.error.code == "current_import"
     assert e.value.error.message.startswith("the current best failed to load: ")
 
 
 def test_when_both_fail_the_candidate_is_blamed_and_every_answer_is_read(fake: type[_Side]) -> None:
-    fake.fail = {"cand.py": "import_error", "cur.py": "syntax_error"}
+    fake.fail = {"cand.py": "import", "cur.py": "syntax"}
     with pytest.raises(StageFailure) as e:
         sides_mod.open_sides(_Ev(), [("cand.py", ()), ("cur.py", ())], "accept",  # type: ignore[arg-type]
                              [("", ""), ("current_", "")])
-    assert e.value.error.code == "import_error"
+    assert e.value.error.code == "import"
     assert fake.log[-2:] == ["receive load cand.py", "receive load cur.py"]
 
 

@@ -18,7 +18,7 @@ from grader.report.record import read_result
 from grader.report.render import render_report
 from grader.report.summary import build_report
 from grader.task import load_task
-from sandbox.contract import text, wire
+from sandbox.contract import codes, text, wire
 from sandbox.judge.failure import StageFailure
 from sandbox.launcher.proc import _malformed, _runner_error
 
@@ -135,16 +135,18 @@ def test_well_formed_runner_replies_pass() -> None:
                        "audit": {"ops": ["aten::empty"], "compute_ops": []}}) is None
 
 
-def test_stage_failure_cleans_message_code_and_detail_where_they_enter_the_record() -> None:
-    e = StageFailure("correctness", "Not A Code", HOSTILE * 200,
+def test_stage_failure_cleans_message_and_detail_where_they_enter_the_record() -> None:
+    e = StageFailure("correctness", "exception", HOSTILE * 200,
                      detail={"x\ud800": float("nan"), "kernel": "k\x1b[31m"}).error
-    assert e.code == "invalid_code" and len(e.message) <= text.MESSAGE_CAP and _safe(e.message)
+    assert e.code == "exception" and len(e.message) <= text.MESSAGE_CAP and _safe(e.message)
     assert e.detail == {"x\ufffd": "nan", "kernel": "k\\x1b[31m"}
     rec = wire.Record(wire_version=wire.WIRE_VERSION, stage="correctness", errors=(e,),
                       warnings=(), device="cpu", environment={})
     wire.dumps(rec).encode("ascii")  # the judge's own strict dump (allow_nan=False)
-    renamed = StageFailure("compile", "x" * 60, "m").renamed("current_").error
-    assert renamed.code == ("current_" + "x" * 60)[:64]
+    with pytest.raises(codes.UnknownCode):  # a code is a catalogue name, never free text
+        StageFailure("correctness", "Not A Code", "m")
+    renamed = StageFailure("compile", "runner_spawned_process", "m").renamed("current_").error
+    assert renamed.code == "current_runner_spawned_process"
 
 
 # ---- the host: record reader, report, rendering ----------------------------------------

@@ -1,0 +1,377 @@
+"""Every error code kgrader returns: its stage(s), whose fault it can be, what it means.
+
+isolate's man page lists every meta key and exit status it can return, so a caller never
+meets a code the document does not define; this module is that list for kgrader. Both
+sides import it (standard library only): the judge refuses to create a code it does not
+define (:class:`sandbox.judge.failure.StageFailure`), and takes a failure's origin from here
+when the code can have only one; the host refuses a record holding an unknown code, the
+report's JSON Schema enumerates :func:`report_codes`, ``docs/errors.md`` is :func:`markdown`
+(``python3 scripts/errors_doc.py``), and ``tests/unit/test_error_catalogue.py`` walks
+``grader/`` and ``sandbox/`` for every code created anywhere, and for entries nobody creates.
+
+Codes of the ``scan`` stage are not listed: they are rule ids (kebab-case, never one of
+these), the policy's (``policies/*.toml``) or the scanner's own (``syntax-error``,
+``too-complex``, ``module-not-allowed`` and the other allow-list denials).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Stage = Literal["sandbox", "compile", "correctness", "benchmark", "accept", "integrity",
+                "scan", "usage", "arguments"]
+# usage: the caller's own input (a CLI error document's origin); never in a report.
+Blame = Literal["candidate", "infrastructure", "usage"]
+Where = Literal["report", "host", "api"]
+
+CURRENT = "current_"  # the same failure caused by the current best, not the candidate
+RULE_ID = r"^[a-z][a-z0-9\-]*$"  # a scan-stage code: a rule id (grader.scan.policy.RULE_ID)
+
+_RUN: tuple[Stage, ...] = ("compile", "correctness", "benchmark", "accept")
+_CALLS: tuple[Stage, ...] = ("correctness", "benchmark", "accept")
+_C: tuple[Blame, ...] = ("candidate",)
+_I: tuple[Blame, ...] = ("infrastructure",)
+_U: tuple[Blame, ...] = ("usage",)
+
+
+@dataclass(frozen=True)
+class Code:
+    """One code. ``where``: ``report`` (an error in a report, from the judge or the host's
+    reading of its record), ``host`` (a failure before or beside grading: the CLI's
+    ``error:`` line and JSON error document, an agent tool's result) or ``api`` (a refusal
+    of the grading service's HTTP API, ``grader.service``), one or more. ``runner``: a runner's
+    own reply may name it (any other code it names becomes ``exception``). ``current``: also
+    reported as ``current_<name>`` when the current best, not the candidate, caused it."""
+
+    name: str
+    stages: tuple[Stage, ...]
+    origins: tuple[Blame, ...]
+    meaning: str
+    action: str
+    where: tuple[Where, ...] = ("report",)
+    runner: bool = False
+    current: bool = True
+
+
+def _host(name: str, origins: tuple[Blame, ...], meaning: str, action: str,
+          where: tuple[Where, ...] = ("host",)) -> Code:
+    return Code(name, (), origins, meaning, action, where=where, current=False)
+
+
+def _api(name: str, meaning: str, action: str) -> Code:
+    return _host(name, _U, meaning, action, ("api",))
+
+
+CATALOGUE: tuple[Code, ...] = (
+    # ---- compile: importing the candidate ------------------------------------------------
+    Code("syntax", ("compile", "accept"), _C, "The candidate file does not parse as Python.",
+         "Fix the syntax error at the reported line.", runner=True),
+    Code("import", ("compile", "accept"), _C,
+         "Importing the candidate raised (a missing module, an error at module level).",
+         "Import only what the policy allows; run the module's top level locally.", runner=True),
+    Code("missing_entrypoint", ("compile", "accept"), _C,
+         "The candidate module does not define the task's entry point.",
+         "Define the function the task names (kgrader describes the task).", runner=True),
+    Code("compile_timeout", ("compile", "accept"), _C,
+         "Importing, JIT-compiling or autotuning ran past the compile time limit.",
+         "Use fewer autotune configurations or a smaller unrolled body."),
+    # ---- the candidate's calls -----------------------------------------------------------
+    Code("exception", _RUN, _C, "A call into the candidate raised an exception.",
+         "Read the message and line; reproduce with the reported shape.", runner=True),
+    Code("timeout", _RUN, _C, "The candidate's calls ran past the stage's time limit.",
+         "Look for a hang, a huge grid or an O(n^2) loop."),
+    Code("memory_limit", _RUN, _C, "The sandbox's memory limit was reached.",
+         "Avoid large temporaries and host copies.", runner=True),
+    Code("gpu_memory_limit", _RUN, _C, "The GPU memory limit was reached.",
+         "Avoid large device temporaries.", runner=True),
+    Code("pids_limit", _RUN, _C, "The process/thread limit was reached.",
+         "A kernel must not start processes or threads.", runner=True),
+    Code("disk_limit", _RUN, _C, "The scratch disk or file-size limit was reached.",
+         "Do not write files beyond small caches.", runner=True),
+    Code("output_limit", _RUN, _C, "The sandbox's output (stdout/stderr) cap was reached.",
+         "Do not print from the kernel or its wrapper."),
+    Code("signal", _RUN, _C, "The candidate's runner was killed by a signal (a crash).",
+         "Look for an invalid memory access or an abort in native code."),
+    Code("early_exit", _RUN, _C,
+         "The candidate's runner exited before answering (os._exit, sys.exit, a crash).",
+         "Never exit from the candidate; return from the entry point.", runner=True),
+    Code("protocol", _RUN, _C, "The runner was asked for something it does not serve.",
+         "Nothing the candidate can do: report it if it persists.", runner=True),
+    Code("protocol_violation", _RUN, _C,
+         "The runner's answer was malformed or forged (the harness never sends one).",
+         "Do not write to the harness's pipes or patch its reply."),
+    Code("kernel_argument_unsupported", _RUN, _C,
+         "A kernel argument of a kind the harness cannot check (kernel-only tasks).",
+         "Pass the task's tensors, or plain views of them, to your kernels.", runner=True),
+    Code("mode_left_active", _CALLS, _C,
+         "The call left a torch mode, trace hook or similar installed after returning.",
+         "Do not leave dispatch modes or hooks installed.", runner=True),
+    Code("output_shape_mismatch", _CALLS, _C,
+         "A returned output has the wrong type, shape, dtype or device.",
+         "Return exactly the outputs the task names, of their declared shapes and dtypes.",
+         runner=True),
+    Code("op_audit_tampered", _RUN, _C, "The candidate interfered with the harness's op audit.",
+         "Do not touch torch's dispatcher, modes or the harness.", runner=True),
+    # ---- correctness ---------------------------------------------------------------------
+    Code("wrong_values", _CALLS, _C, "An output differs from the reference beyond the tolerance.",
+         "Compare with the reference at the reported index and shape."),
+    Code("output_untouched", _CALLS, _C, "An output was not written (it still holds the poison).",
+         "Write every element of every output, on every call."),
+    Code("check_failed", _CALLS, _C, "The problem's own checker rejected the outputs.",
+         "Read the checker's message; it decides values and dtypes for this task."),
+    Code("input_mutated", _CALLS, _C, "The candidate changed an input it may only read.",
+         "Do not write to inputs."),
+    Code("out_of_bounds_write", _CALLS, _C, "The candidate wrote outside its outputs (guard bands).",
+         "Mask loads and stores at the edges of every shape."),
+    Code("out_of_bounds_access", ("correctness",), _C,
+         "The memory checker found an invalid or misaligned access.",
+         "Mask the reported kernel's accesses; the finding names the address."),
+    Code("shared_memory_race", ("correctness",), _C, "The memory checker found a shared-memory race.",
+         "Synchronise the reported kernel's shared-memory accesses."),
+    Code("side_stream", _CALLS, _C, "The candidate launched work on another CUDA stream.",
+         "Launch on the current stream only."),
+    Code("torch_compute_in_launch", _CALLS, _C,
+         "torch computed inside a launch of a kernel-only task.",
+         "Compute in your own kernels; torch may only allocate and view."),
+    Code("precision_flags_changed", _CALLS, _C, "The candidate changed TF32 or precision flags.",
+         "Leave torch's precision settings as they are."),
+    # ---- timing --------------------------------------------------------------------------
+    Code("timing_inconsistent", _CALLS, _C,
+         "The runner's timing claims contradict the judge's own clock.",
+         "Do not touch timers, events or synchronisation."),
+    Code("work_escaped_timing", ("benchmark", "accept"), _C,
+         "Work ran outside the timed region (side stream, thread, deferred work).",
+         "Finish all work inside the call, on the current stream."),
+    Code("work_deferred_to_copy", _CALLS, _C,
+         "Work was deferred past the timed call into the copy of the returned outputs.",
+         "Return plain, finished tensors."),
+    Code("timing_unreliable", _CALLS, _I,
+         "The host was too loaded to bound the timing; no verdict on the candidate.",
+         "Run again on a quieter machine."),
+    Code("below_roofline_floor", ("benchmark",), _C,
+         "The measured time beats the task's physical floor: it cannot be real.",
+         "Make sure the kernel computes every output on every call."),
+    Code("background_thread", _RUN, _C, "The candidate's runner has threads of its own.",
+         "Do not start threads, at import or in a call."),
+    Code("runner_spawned_process", _RUN, _C, "A process runs under the runner's uid beside it.",
+         "Do not start processes."),
+    Code("foreign_gpu_process", _RUN, _C, "Another process computes on the GPU during the run.",
+         "Do not start processes; an operator should check the device is not shared."),
+    Code("gpu_busy_between_calls", ("accept",), _C,
+         "The device stayed busy after a side's call returned (work left running).",
+         "Finish all work inside the call."),
+    # ---- the harness, the task or the machine ----------------------------------------------
+    Code("harness_timeout", ("sandbox", *_RUN), _I,
+         "The stage's budget ran out in the harness's own work (a loaded host).",
+         "Run again; raise the limit if the host is slow."),
+    Code("reference_failed", ("sandbox",), _I,
+         "The task's reference, input generator or problem code failed.",
+         "Fix the task (kgrader tasks check); the candidate is not to blame."),
+    Code("needs_cuda", ("sandbox",), _I, "The problem's code needs a CUDA device, run on the CPU.",
+         "Grade (or check the task) with --device cuda on a GPU host.", where=("report", "host")),
+    Code("unsupported_dtype", ("sandbox",), _I, "The problem made a tensor of a dtype kgrader lacks.",
+         "Change the task's dtypes (kgrader tasks check)."),
+    Code("runner_setup_failed", ("sandbox",), _I,
+         "The runner harness failed before the candidate was loaded.",
+         "Check the sandbox's stderr; an operator fault."),
+    Code("runner_isolation_unavailable", ("sandbox",), _I,
+         "A runner could not get its own uid, seccomp filter or process view.",
+         "Run kgrader's launcher as root with the set-up's runner uids (README)."),
+    Code("bad_request", ("sandbox",), _I,
+         "The judge was given a request it cannot use (the API: an HTTP request it cannot use).",
+         "In a report a host/judge bug: report it; from the API: fix the request.",
+         where=("report", "api"), current=False),
+    Code("judge_error", ("sandbox",), _I, "The judge itself failed (a kgrader bug).",
+         "Report it with the sandbox's stderr.", current=False),
+    Code("judge_setup_failed", ("sandbox",), _I, "The judge could not prepare the evaluation.",
+         "Check the sandbox's stderr.", current=False),
+    Code("calibration_failed", ("sandbox",), _I, "A calibration run of the judge failed.",
+         "Check the sandbox's stderr.", current=False),
+    Code("missing_dependency", ("sandbox",), _I, "The sandbox's Python lacks torch or Triton.",
+         "Install them for the interpreter kgrader runs with.", current=False),
+    Code("gate_failed", ("sandbox",), _I, "The judge could not wait for its turn at the device.",
+         "An operator fault: check the leaderboard's gate.", current=False),
+    Code("wire_mismatch", ("sandbox",), _I,
+         "Host and judge speak different versions of the wire contract.",
+         "Rebuild the image or reinstall kgrader so both sides match.", current=False),
+    # ---- integrity: the host's reading of the record --------------------------------------
+    Code("out_tampered", ("integrity",), _C, "Files were planted in the judge's output folder.",
+         "Do not write outside the scratch space.", current=False),
+    Code("judge_died", ("integrity",), _C,
+         "The judge ended without a verified result: a runner killed it or its sandbox.",
+         "Do not signal, starve or kill other processes.", current=False),
+    Code("result_missing", ("integrity",), _C,
+         "No result record; reported as judge_died or as the limit that fired.",
+         "See judge_died.", current=False),
+    Code("result_unreadable", ("integrity",), _C, "The result record is not a plain file.",
+         "Do not touch the judge's output folder.", current=False),
+    Code("result_too_large", ("integrity",), _C, "The result record exceeds its size cap.",
+         "Do not touch the judge's output folder.", current=False),
+    Code("result_forged", ("integrity",), _C, "The result record failed authentication.",
+         "Do not write result files.", current=False),
+    Code("result_malformed", ("integrity", "sandbox"), ("candidate", "infrastructure"),
+         "The result record is not valid: forged (candidate) or a judge bug (infrastructure).",
+         "Do not write result files; an authentic one is a kgrader bug to report.", current=False),
+    # ---- host: nothing was graded ------------------------------------------------------------
+    _host("error", _U, "A kgrader error of no more specific kind.", "Read the message."),
+    _host("usage", _U, "The command's arguments cannot be used.", "See the command's --help."),
+    _host("bad_task", _U, "The task folder or task.json is malformed.", "Fix the task file."),
+    _host("unsafe_problem_path", _U, "An imported problem's path leaves its folder.",
+          "Keep every file the problem names inside its folder."),
+    _host("check_limit", _U, "A task check or import ran into a sandbox limit (memory, wall, "
+          "processes); the message names it and its figure.",
+          "Raise it: --memory-mib, or the limits in task.json."),
+    _host("needs_device", _I, "The problem needs CUDA and the check runs on another device.",
+          "Import or check it with --device cuda on a GPU host."),
+    _host("bad_candidate_file", ("candidate",),
+          "The candidate file is missing, empty, binary, not UTF-8 or too large.",
+          "Give a readable UTF-8 source file."),
+    _host("bad_policy", _U, "The policy file is malformed or names something unknown.",
+          "Fix the policy file (policies/ has examples)."),
+    _host("bad_output_path", _U, "An output path is unsafe or not a plain folder.",
+          "Give a plain directory you own."),
+    _host("bad_out_dir", _U, "The sandbox's output folder is not a plain directory.",
+          "Give a plain directory."),
+    _host("bad_backend", _U, "No such sandbox backend.", "Use auto, bwrap or docker."),
+    _host("no_gpu_ids", _U, "A GPU evaluation was asked for without GPU ids.",
+          "Pass --gpu-ids."),
+    _host("bad_gpu_id", _U, "A GPU id is unknown, repeated or wrong for the device.",
+          "Pass the ids of this host's GPUs."),
+    _host("no_wheels", _U, "No wheels were found for the image build.",
+          "Point the build at a folder of *.whl files."),
+    _host("no_harness", _U, "The image build found no sandbox/ package.",
+          "Build from kgrader's source tree."),
+    _host("bad_workspace", _U, "The agent tools' workspace is unusable.", "Fix the workspace."),
+    _host("bad_argument", ("candidate",), "A tool call's arguments do not match its schema.",
+          "Call the tool with the arguments its schema names."),
+    _host("bad_advice_table", _U, "The diagnostics advice table is malformed.",
+          "Fix the advice table."),
+    _host("experience_store", _U, "The experience store cannot be used.",
+          "Check the store's path."),
+    _host("experience_schema", _U, "The experience store's schema is of another version.",
+          "Use a fresh store or the kgrader that made it."),
+    _host("bad_dim_filter", _U, "A dims filter of an experience query is malformed.",
+          "Give dims as name=value pairs."),
+    _host("state_locked", _U, "Another leaderboard run holds the state.",
+          "Wait for it to finish."),
+    _host("state_schema", _U, "The leaderboard state is of another version.",
+          "Use a fresh state or the kgrader that made it."),
+    _host("interrupted", _U, "The command was stopped by SIGINT or SIGTERM.",
+          "Run it again."),
+    _host("infrastructure", _I, "kgrader or the machine failed.", "Read the message; retry."),
+    _host("sandbox_unavailable", _I, "The selected backend cannot start a sandbox here.",
+          "Install bubblewrap or start dockerd (scripts/setup.sh)."),
+    _host("image_missing", _I, "The docker image is not present (kgrader never pulls).",
+          "Build it: kgrader docker build."),
+    _host("image_build_failed", _I, "Building the docker image failed.",
+          "Read docker's output in the message."),
+    _host("ray_cluster_lost", _I, "The leaderboard's Ray cluster went away.",
+          "Restart the cluster and resume the run."),
+    _host("internal", _I, "A kgrader bug (the CLI, or the API's HTTP 500).",
+          "Set KGRADER_DEBUG=1 (the server logs it) and report it.", ("host", "api")),
+    _host("internal_error", _I, "A kgrader bug (the MCP server).",
+          "The traceback is on the server's stderr: report it."),
+    # ---- the grading service's HTTP API (grader.service): the caller's request ---------------
+    _api("unauthenticated", "The request carries no API token (HTTP 401).", "Send your token."),
+    _api("bad_token", "The API token is unknown, revoked or malformed (HTTP 401).",
+         "Ask the operator for a valid token."),
+    _api("forbidden", "The token may not do this (HTTP 403).",
+         "Use an operator token, or only your own submissions."),
+    _api("rate_limited", "Too many requests or submissions per minute (HTTP 429).",
+         "Wait for the Retry-After seconds."),
+    _api("quota_exceeded", "The token's quota is used up (HTTP 429).", "Ask the operator."),
+    _api("not_found", "No such submission, report or page (HTTP 404).", "Check the id or path."),
+    _api("method_not_allowed", "The path does not take this HTTP method (HTTP 405).",
+         "Use the method the API documents."),
+    _api("too_large", "The request or the source exceeds its size cap (HTTP 413).",
+         "Send a smaller source."),
+    _api("unknown_task", "The server grades no such task (HTTP 404).",
+         "Pick one of the server's tasks."),
+    _api("bad_candidate", "The source is empty, not Unicode text or holds a NUL (HTTP 422).",
+         "Send the kernel's UTF-8 source."),
+    _api("not_finished", "The submission has no result yet (HTTP 409).", "Poll again later."),
+)
+
+BY_NAME: dict[str, Code] = {c.name: c for c in CATALOGUE}
+RUNNER_CODES: frozenset[str] = frozenset(c.name for c in CATALOGUE if c.runner)
+
+
+class UnknownCode(ValueError):
+    """A code the catalogue does not define, or an origin it does not allow for it."""
+
+
+def lookup(code: str) -> Code:
+    """The entry of ``code`` (``current_<name>`` too, where the entry allows it)."""
+    entry = BY_NAME.get(code)
+    if entry is None and code.startswith(CURRENT):
+        entry = BY_NAME.get(code[len(CURRENT):])
+        if entry is not None and not entry.current:
+            entry = None
+    if entry is None:
+        raise UnknownCode(f"error code {code[:80]!r} is not in sandbox/contract/codes.py")
+    return entry
+
+
+def is_report_code(code: str) -> bool:
+    try:
+        return "report" in lookup(code).where
+    except UnknownCode:
+        return False
+
+
+def origin_of(code: str, origin: Blame | None = None) -> Blame:
+    """The origin of a failure with ``code``: the catalogue's, when the code has one only;
+    else ``origin``, which the call site must give. Raises :class:`UnknownCode`."""
+    entry = lookup(code)
+    if origin is None:
+        if len(entry.origins) != 1:
+            raise UnknownCode(f"{code} can be {' or '.join(entry.origins)}: say which")
+        return entry.origins[0]
+    if origin not in entry.origins:
+        raise UnknownCode(f"{code} is never {origin} (only {', '.join(entry.origins)})")
+    return origin
+
+
+def runner_code(raw: object) -> str:
+    """What a runner's own reply may call its failure: a code of its vocabulary, else
+    ``exception`` (a runner shares a process with the candidate: its word names no verdict)."""
+    return raw if isinstance(raw, str) and raw in RUNNER_CODES else "exception"
+
+
+def report_codes() -> tuple[str, ...]:
+    """Every code a report's error may carry outside the scan stage, sorted."""
+    names = [c.name for c in CATALOGUE if "report" in c.where]
+    names += [CURRENT + c.name for c in CATALOGUE if "report" in c.where and c.current]
+    return tuple(sorted(names))
+
+
+def markdown() -> str:
+    """``docs/errors.md``: the catalogue as a page (``python3 scripts/errors_doc.py``)."""
+    out = ["# Error codes", "",
+           "<!-- generated from sandbox/contract/codes.py by scripts/errors_doc.py: do not edit -->",
+           "", "Every error in a report has a `stage`, a `code` and an `origin` (`candidate`: the "
+           "submission's fault, counted against it; `infrastructure`: kgrader's, the machine's or "
+           "the task's, never graded). This page lists every code kgrader can return; the "
+           "report's JSON Schema (`kgrader schema`) enumerates the same set.", "",
+           f"A code marked *current* is also reported as `{CURRENT}<code>` when the current best, "
+           "not the candidate, caused it (acceptance runs both). Codes of the `scan` stage are "
+           "rule ids: the policy's (`policies/*.toml`) or the scanner's own (`syntax-error`, "
+           "`too-complex`, `module-not-allowed` and the other allow-list denials).", ""]
+    for where, title, blurb in (
+            ("report", "In a report", "The `errors` of a report (`kgrader run --json`)."),
+            ("host", "Before or beside grading",
+             "Nothing was graded (CLI exit code 2): the CLI's `error:` line and JSON error "
+             "document, an agent tool's result. Origin `usage` is the caller's own input; the "
+             "agent tools report it as stage `usage`, origin `infrastructure`."),
+            ("api", "The grading service's HTTP API",
+             "A refused request: an HTTP 4xx/5xx status with `{\"code\", \"message\"}` "
+             "(`kgrader serve`).")):
+        out += [f"## {title}", "", blurb, "",
+                "| code | stage | origin | meaning | what to do |", "|---|---|---|---|---|"]
+        for c in sorted((c for c in CATALOGUE if where in c.where), key=lambda c: c.name):
+            stages = ", ".join(c.stages) or "—"
+            name = f"`{c.name}`" + (" (*current*)" if c.current else "")
+            out.append(f"| {name} | {stages} | {', '.join(c.origins)} | {c.meaning} | {c.action} |")
+        out.append("")
+    return "\n".join(out)
