@@ -1,8 +1,9 @@
 """CLI for the static scan: ``kgrader scan`` and ``kgrader policy list|show|test``.
 
-Thin: parses arguments, calls :mod:`grader.scan`, prints. Exit codes: 0 nothing denied
-(or every corpus case as expected), 1 something denied (or a corpus mismatch), 2 the
-caller's input cannot be used (missing file, bad policy) with a one-line ``error:``.
+Thin: parses arguments, calls :mod:`grader.scan`, prints (or ``--json``: one document).
+Exit codes: 0 nothing denied (or every corpus case as expected), 1 something denied (or a
+corpus mismatch), 2 the caller's input cannot be used (a candidate file that cannot be
+read, a bad policy or task) with a one-line ``error:``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from grader.cli.common import kgrader_errors
 from grader.report.render import plain
 from grader.scan import ScanResult, list_policies, load_policy, read_candidate, scan_source
 from grader.scan.allowlist import describe
-from grader.scan.corpus import run_corpus
+from grader.scan.corpus import CaseResult, run_corpus
 from grader.scan.policy import Rule, effective_severity
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,6 +31,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _console() -> Console:
     return Console(highlight=False, soft_wrap=True)
+
+
+def _table_console() -> Console:
+    # Piped output has no width: rich's 80-column default would fold every table.
+    return Console(highlight=False) if sys.stdout.isatty() else Console(highlight=False, width=200)
+
+
+def _dump(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
 def _print_result(console: Console, path: str, result: ScanResult) -> None:
@@ -48,21 +58,29 @@ def _print_result(console: Console, path: str, result: ScanResult) -> None:
 
 @click.command("scan")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=True))
-@click.option("--policy", "policy_name", default="default", show_default=True,
-              help="Policy name (see `kgrader policy list`) or path to a .toml file.")
+@click.option("--policy", "policy_name", default=None,
+              help="Policy name (see `kgrader policy list`) or path to a .toml file "
+                   "(default: --task's policy, else `default`).")
+@click.option("--task", "task_dir", type=click.Path(path_type=Path),
+              help="Scan as this task's runs do: with the policy its task.json names.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @kgrader_errors
-def scan_cmd(files: tuple[str, ...], policy_name: str, as_json: bool) -> None:
+def scan_cmd(files: tuple[str, ...], policy_name: str | None, task_dir: Path | None,
+             as_json: bool) -> None:
     """Statically scan candidate FILES; exit 1 when any is denied."""
-    policy = load_policy(policy_name)
+    source = "--policy" if policy_name else "default"
+    if policy_name is None and task_dir is not None:
+        from grader.task import load_task
+
+        policy_name, source = load_task(task_dir)[0].policy, f"task {task_dir}"
+    policy = load_policy(policy_name or "default")
     sources = {path: read_candidate(path) for path in files}  # all usage errors first
     results = {path: scan_source(src, policy, filename=path) for path, src in sources.items()}
     if as_json:
-        doc = {"policy": policy.name,
+        _dump({"policy": policy.name, "policy_from": source,
                "denied": any(r.denied for r in results.values()),
                "files": [{"file": p, **r.summary().model_dump(mode="json")}
-                         for p, r in results.items()]}
-        click.echo(json.dumps(doc, indent=2))
+                         for p, r in results.items()]})
     else:
         console = _console()
         for path, result in results.items():
@@ -76,21 +94,36 @@ def policy_group() -> None:
 
 
 @policy_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @kgrader_errors
-def policy_list() -> None:
+def policy_list(as_json: bool) -> None:
     """Names of the shipped policies."""
+    policies = [load_policy(name) for name in list_policies()]
+    if as_json:
+        _dump({"policies": [{"name": p.name, "description": p.description, "path": p.path,
+                             "chain": list(p.chain), "allowlist": p.allowlist is not None,
+                             "rules": len(p.rules)} for p in policies]})
+        return
     console = _console()
-    for name in list_policies():
-        policy = load_policy(name)
-        console.print(Text.assemble(Text(name, style="bold"), f"  {policy.description}"))
+    for policy in policies:
+        console.print(Text.assemble(Text(policy.name, style="bold"), f"  {policy.description}"))
 
 
 @policy_group.command("show")
 @click.argument("name")
+@click.option("--full", is_flag=True, help="Every matcher of every rule (no list is cut short).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the resolved policy as one JSON document (always in full).")
 @kgrader_errors
-def policy_show(name: str) -> None:
+def policy_show(name: str, full: bool, as_json: bool) -> None:
     """Every rule of NAME after `extends` is resolved: severity, message, rationale."""
     policy = load_policy(name)
+    if as_json:
+        doc = policy.model_dump(mode="json")
+        for rule in doc["rules"]:
+            rule["effective_severity"] = effective_severity(policy, Rule.model_validate(rule))
+        _dump(doc)
+        return
     console = _console()
     console.print(Text.assemble(Text(policy.name, style="bold"), f"  ({policy.path})"))
     console.print(f"extends: {' -> '.join(policy.chain)}")
@@ -107,46 +140,85 @@ def policy_show(name: str) -> None:
         console.print(f"  message:   {rule.message}")
         console.print(f"  rationale: {rule.rationale}")
         console.print(f"  threat:    {rule.threat}")
-        console.print(Text(f"  matches:   {_matchers(rule)}", style="dim"))
+        console.print(Text(f"  matches:   {_matchers(rule, full)}", style="dim"))
     console.print()
     if policy.allowlist is not None:
         console.print("\n".join(describe(policy.allowlist)), markup=False)
         console.print()
-    console.print(f"{len(policy.rules)} rules: {counts['deny']} deny, {counts['warn']} warn")
+    console.print(f"{len(policy.rules)} rules: {counts['deny']} deny, {counts['warn']} warn"
+                  + ("" if full else "; --full shows every matcher, --json everything"))
 
 
-def _matchers(rule: Rule) -> str:
+def _matchers(rule: Rule, full: bool = False) -> str:
     parts = []
     for key in ("refs", "allow", "writes", "write_attrs", "attributes", "methods", "operators",
                 "native", "calls"):
         values = getattr(rule, key)
         if values:
-            shown = ", ".join(values[:6]) + (f", ... (+{len(values) - 6})" if len(values) > 6 else "")
-            parts.append(f"{key}=[{shown}]")
+            cut = not full and len(values) > 6
+            shown = ", ".join(values if not cut else values[:6])
+            parts.append(f"{key}=[{shown}{f', ... (+{len(values) - 6})' if cut else ''}]")
     if rule.check:
         parts.insert(0, f"check={rule.check}")
     return "; ".join(parts)
 
 
+# What a corpus case's outcome means, worst first: a threat the policy now lets through
+# is not the same news as a file still denied, by another rule than it names.
+CASE_CLASSES = ("let through", "newly denied", "denied by another rule", "unreadable",
+                "no header", "as expected")
+
+
+def case_class(case: CaseResult) -> str:
+    """The class of one corpus case (:data:`CASE_CLASSES`)."""
+    if case.got == "error":
+        return "unreadable"
+    if case.expected == "(no header)":
+        return "no header"
+    if case.ok:
+        return "as expected"
+    if case.expected.startswith("deny"):
+        return "let through" if case.got == "allow" else "denied by another rule"
+    return "newly denied"
+
+
 @policy_group.command("test")
 @click.argument("name")
 @click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @kgrader_errors
-def policy_test(name: str, directory: str) -> None:
-    """Scan every *.py in DIRECTORY; its first line says `# expect: deny RULE` or `allow`."""
+def policy_test(name: str, directory: str, as_json: bool) -> None:
+    """Scan every *.py in DIRECTORY; its first line says `# expect: deny RULE` or `allow`.
+
+    Each file is classed: as expected; let through (expected a denial, now allowed);
+    denied by another rule (still denied, not by the rule it names); newly denied
+    (expected allowed); unreadable; no header. Exit 1 unless every file is as expected.
+    """
     policy = load_policy(name)
     cases = run_corpus(policy, Path(directory))
+    classes = [case_class(c) for c in cases]
+    counts = {k: classes.count(k) for k in CASE_CLASSES if k in classes}
+    bad = sum(k != "as expected" for k in classes)
+    if as_json:
+        _dump({"policy": policy.name, "directory": directory, "files": len(cases),
+               "mismatches": bad, "classes": counts,
+               "cases": [{"file": c.file, "expected": c.expected, "got": c.got,
+                          "rules": list(c.rules), "class": k, "ok": c.ok, "note": c.note}
+                         for c, k in zip(cases, classes, strict=True)]})
+        sys.exit(1 if bad or not cases else 0)
     table = Table(title=f"policy {policy.name} on {directory}")
-    for col in ("file", "expected", "got", "rule", ""):
+    for col in ("file", "expected", "got", "rule", "class", ""):
         table.add_column(col, overflow="fold")
-    for case in cases:
-        mark = Text("ok", style="green") if case.ok else Text("MISMATCH", style="bold red")
+    for case, klass in zip(cases, classes, strict=True):
+        ok = klass == "as expected"
+        mark = Text("ok", style="green") if ok else Text("MISMATCH", style="bold red")
         rules = ", ".join(case.rules) + (f" ({case.note})" if case.note else "")
-        table.add_row(case.file, case.expected, case.got, rules, mark)
-    console = _console()
+        table.add_row(Text(plain(case.file)), case.expected, case.got, Text(plain(rules)),
+                      Text(klass, style="green" if ok else "red"), mark)
+    console = _table_console()
     console.print(table)
-    bad = sum(not c.ok for c in cases)
-    console.print(f"{len(cases)} files, {bad} mismatches")
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+    console.print(f"{len(cases)} files, {bad} mismatches ({summary or 'none'})")
     sys.exit(1 if bad or not cases else 0)
 
 

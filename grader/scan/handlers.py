@@ -25,6 +25,7 @@ JIT_DECORATORS = frozenset({
     "triton.runtime.jit.jit", "triton.runtime.autotune", "triton.runtime.autotuner.autotune",
     "triton.runtime.heuristics",
 })
+_JIT_NAMES = frozenset(q.rsplit(".", 1)[1] for q in JIT_DECORATORS)
 IMPORTERS = frozenset({"__import__", "builtins.__import__", "importlib.import_module"})
 GETATTR = frozenset({"getattr", "builtins.getattr"})
 ATTR_SETTERS = frozenset({"setattr", "delattr", "builtins.setattr", "builtins.delattr"})
@@ -239,6 +240,15 @@ def on_function(w: Walker, node: ast.AST, ctx: int) -> int:
     if any(w.is_jit(d) for d in node.decorator_list):
         w.jit_defs[node.name] = node.lineno
         return ctx | JIT
+    for d in node.decorator_list:  # ``@trition.jit``: a kernel meant, a name that is no Triton
+        target = d.func if isinstance(d, ast.Call) else d
+        if isinstance(target, ast.Attribute) and target.attr in _JIT_NAMES:
+            base, resolved = ast.unparse(target.value)[:60], w.qual(target.value)
+            why = (f"{base} is {resolved}, not triton" if resolved else
+                   f"{base} is not defined or imported (a misspelt triton?)")
+            w.unknown_jit.setdefault(node.name, (d.lineno, d.col_offset,
+                                                 f"@{base}.{target.attr} on {node.name}() is "
+                                                 f"not a Triton decorator: {why}"))
     return ctx
 
 

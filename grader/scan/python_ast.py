@@ -48,6 +48,9 @@ class Walker:
         self.findings: list[Finding] = []
         self.seen: set[tuple[str, int]] = set()
         self.jit_defs: dict[str, int] = {}
+        # Functions decorated ``@X.jit`` (autotune, heuristics) where X is not Triton:
+        # name -> (line, col, why it is not Triton's).
+        self.unknown_jit: dict[str, tuple[int, int, str]] = {}
         self.launched: set[str] = set()
         # id()s of nodes: callees of a call, values of a plain alias assignment, .format
         # attributes already judged with their call. The tree outlives the walk.
@@ -190,7 +193,10 @@ class Walker:
         if entry is None:
             return
         hit = entry[0]
-        if not self.jit_defs:
+        if not self.jit_defs and self.unknown_jit:
+            line, col, why = min(self.unknown_jit.values())
+            self.report(hit, line, col, f"{hit.message} ({why})")
+        elif not self.jit_defs:
             self.report(hit, 1, 0, hit.message + " (no @triton.jit function is defined)")
         elif not self.launched & set(self.jit_defs):
             line = min(self.jit_defs.values())
