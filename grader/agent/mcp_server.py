@@ -11,7 +11,10 @@ server starts, so a client can send only kernel source (and search filters).
   ``kgrader tools schema`` prints: the same descriptions, enums and bounds.
 * Arguments are checked against that schema by :func:`grader.agent.schemas.check_args`;
   a bad one is a tool error (``isError: true``) whose structured content has one error
-  with code ``bad_argument``, the field and a one-line reason; nothing else runs.
+  with code ``bad_argument``, the field and a one-line reason; nothing else runs. An
+  unknown tool is a tool error too (stage ``usage``, code ``usage``), and a kgrader error
+  raised while a tool runs is typed by :func:`grader.agent.results.fault` (the caller's,
+  the candidate's, the set-up's or the machine's), never a raw traceback.
 * Each tool's result is the tool's dict, as structured content and as JSON text; a
   candidate's failure is a normal result with ``ok: false``, not an MCP error. A kgrader
   bug is ``internal_error`` (origin ``infrastructure``), its text on stderr only: an
@@ -35,7 +38,10 @@ import anyio
 
 from grader import __version__
 from grader.agent import tools as kt
-from grader.agent.schemas import BadArgument, check_args, mcp_tools
+from grader.agent.results import fault
+from grader.agent.schemas import check_args, mcp_tools
+from grader.errors import KgraderError
+from grader.report.redact import facts_for
 
 __all__ = ["PROGRESS_EVERY_S", "TASK_URI", "build_server", "serve"]
 
@@ -80,9 +86,8 @@ def build_server(workspace: str | Path) -> Any:
                             context: Any = None) -> Any:
             try:
                 args = check_args(name, arguments)
-            except BadArgument as e:
-                return _result({"tool": name, "ok": False, "stage": "arguments",
-                                "errors": [e.as_error()], "warnings": []}, is_error=True)
+            except KgraderError as e:  # a bad argument, or an unknown tool: typed, not run
+                return _result(fault(name, e), is_error=True)
             return await _run_with_progress(name, args, context)
 
     async def _run_with_progress(name: str, args: dict[str, Any], context: Any) -> Any:
@@ -92,6 +97,8 @@ def build_server(workspace: str | Path) -> Any:
         def work() -> None:
             try:
                 box["result"] = kt.call_tool(ws, name, args)
+            except KgraderError as e:  # typed: the set-up's, the candidate's or the machine's
+                box["result"] = fault(name, e, facts_for(ws.spec))
             except Exception:  # a kgrader bug: its text stays on stderr (fail closed)
                 log.exception("tool %s failed", name)
                 box["result"] = {"tool": name, "ok": False, "stage": "sandbox", "warnings": [],
