@@ -6,8 +6,14 @@ import glob
 import os
 
 from grader.backends.base import Device, SandboxBackend
-from grader.backends.registry import AUTO, auto_order, backend_class
+from grader.backends.registry import AUTO, backend_class, backend_names
 from grader.errors import SandboxUnavailableError
+from grader.logs import step
+
+# ``auto`` is the embedded default (README): bubblewrap wherever it works; docker only
+# when named or when bubblewrap is unavailable here. An image that happens to exist does
+# not switch a run to another sandbox without a word.
+DEFAULT_BACKEND = "bwrap"
 
 
 def detect_device() -> Device:
@@ -21,25 +27,44 @@ def detect_device() -> Device:
     return "cpu"
 
 
+def auto_candidates() -> tuple[str, ...]:
+    """The backends ``auto`` tries, in order: bubblewrap, then every other one."""
+    names = backend_names()
+    return (DEFAULT_BACKEND, *(n for n in names if n != DEFAULT_BACKEND)) \
+        if DEFAULT_BACKEND in names else names
+
+
 def select_backend(name: str, device: Device) -> SandboxBackend:
     """A ready backend: the one named (from the registry), or for ``auto`` the first of
-    :func:`grader.backends.registry.auto_order` that is usable here (docker when its
-    daemon and image are ready, else the embedded bwrap default).
+    :func:`auto_candidates` usable here (bwrap when it works, else docker when its daemon
+    and image are ready). The choice is a ``sandbox`` step (:func:`grader.logs.step`) and
+    the report's ``sandbox.backend``.
 
     Raises :class:`grader.errors.UsageError` for an unknown name and
-    :class:`SandboxUnavailableError` (with the last backend's reason) when none is usable.
+    :class:`SandboxUnavailableError` when none is usable (naming every backend's reason).
     """
     if name != AUTO:
         backend = backend_class(name)()
         backend.check_available(device)
+        step("sandbox", backend=backend.name, device=device)
         return backend
-    last: SandboxUnavailableError | None = None
-    for candidate in auto_order():
+    reasons: list[tuple[str, SandboxUnavailableError]] = []
+    for candidate in auto_candidates():
         try:
             backend = backend_class(candidate)()
             backend.check_available(device)
-            return backend
         except SandboxUnavailableError as exc:
-            last = exc
-    assert last is not None  # auto_order() is never empty
-    raise last
+            reasons.append((candidate, exc))
+            continue
+        passed = ", ".join(f"{n} ({e.message})" for n, e in reasons)
+        step("sandbox", backend=backend.name, device=device, chosen="auto",
+             passed_over=passed or None)
+        return backend
+    assert reasons  # auto_candidates() is never empty
+    if len(reasons) == 1:
+        raise reasons[0][1]
+    first = reasons[0][1]  # the default's reason leads: it is the one to fix
+    raise SandboxUnavailableError(
+        "no sandbox backend is usable here: "
+        + "; ".join(f"{n}: {e.message}" for n, e in reasons),
+        code=first.code, hint=first.hint)

@@ -1,8 +1,9 @@
 """The ``kgrader`` command line. Thin: parses arguments, calls the API, prints.
 
-Exit codes: 0 every stage reached passed (and, with ``--current``, accepted); 1 the
-candidate failed or was rejected; 2 usage or infrastructure error; 130/143 interrupted
-by SIGINT/SIGTERM (``grader.cli.common``).
+Exit codes (docs/cli.md): 0 every stage reached passed (and, with ``--current``,
+accepted); 1 the candidate failed or was rejected; 2 nothing was graded (usage,
+infrastructure, a candidate file that cannot be read); 130/143 interrupted by
+SIGINT/SIGTERM (``grader.cli.common``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from grader import __version__
 from grader.backends.registry import backend_choices
@@ -23,14 +23,20 @@ from grader.cli.common import (
     EXIT_OK,
     Interrupted,
     check_outputs,
+    emit_error,
+    error_document,
     exit_interrupted,
     fail,
+    json_option,
     received_stop,
     stop_on_signals,
     sweep_orphans,
 )
+from grader.cli.progress import steps, tell_judge_steps, wide_console
 from grader.errors import KgraderError
 from grader.limits import Limits
+from grader.logs import LOG_FORMATS, LOG_LEVELS
+from grader.logs import configure as configure_logs
 from grader.report.model import Report, report_json_schema
 
 
@@ -43,8 +49,20 @@ def exit_code(report: Report) -> int:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kgrader")
-def main() -> None:
-    """kgrader: sandboxed, reproducible grading of untrusted GPU kernel code."""
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default=None,
+              help="Events at this level and above go to stderr (default: $KGRADER_LOG, "
+                   "else warning).")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), default=None,
+              help="json: one JSON object per line; console: for people (default: json "
+                   "when stderr is not a terminal; $KGRADER_LOG_FORMAT).")
+def main(log_level: str | None, log_format: str | None) -> None:
+    """kgrader: sandboxed, reproducible grading of untrusted GPU kernel code.
+
+    Every command takes --json (one JSON document on stdout, errors included); exit codes,
+    progress, logging and shell completion are in docs/cli.md.
+    """
+    if log_level is not None or log_format is not None:
+        configure_logs(log_level, log_format)
 
 
 def limit_options(f: Any) -> Any:
@@ -75,10 +93,13 @@ def limit_options(f: Any) -> Any:
                    "tool); timing runs without it. GPU only: on the CPU a warning, not a failure.")
 @click.option("--sanitize-tool", type=click.Choice(["memcheck", "racecheck", "none"]), default=None,
               help="The compute-sanitizer tool (implies --sanitize; 'none' turns the task's off).")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Steps on stderr: a live line on a terminal, one line per step otherwise.")
 @limit_options
 def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, device: str,
         policy: str | None, as_json: bool, out: Path | None, records: Path | None,
-        gpus: tuple[str, ...], sanitize: bool, sanitize_tool: str | None, **limits: Any) -> None:
+        gpus: tuple[str, ...], sanitize: bool, sanitize_tool: str | None, progress: bool,
+        **limits: Any) -> None:
     """Grade CANDIDATE against the task in TASK_DIR."""
     from grader.evaluate import EvalRequest, evaluate
 
@@ -89,7 +110,12 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
         req = EvalRequest.from_paths(task_dir, candidate, current, limits=limits, backend=backend,
                                      device=device, policy=policy, gpu_ids=gpus, sanitize=tool)
         sweep_orphans()
-        report = evaluate(req)
+        with steps("run", enabled=progress) as lines:
+            lines.step("scan", {"task": req.task.name, "candidate": candidate.name})
+            report = evaluate(req)
+            if report.sandbox is not None:
+                tell_judge_steps(lines, report.sandbox.phases)
+            lines.step("done", {"ok": str(report.ok).lower(), "stage": report.stage})
         if out is not None:  # first: the report survives a records folder that fails
             _write_report(out, report)
         if records is not None:
@@ -107,7 +133,7 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
     else:
         from grader.report.render import render_report
 
-        render_report(report, Console())
+        render_report(report, wide_console())
     sys.exit(exit_code(report))
 
 
@@ -123,8 +149,9 @@ def _write_report(out: Path, report: Report) -> None:
 
 
 @main.command()
-def schema() -> None:
-    """Print the report's JSON Schema."""
+@json_option
+def schema(as_json: bool) -> None:
+    """Print the report's JSON Schema (JSON always)."""
     click.echo(json.dumps(report_json_schema(), indent=2))
 
 
@@ -152,7 +179,17 @@ def entry() -> None:
 
     stop_on_signals()
     try:
-        main(standalone_mode=True)
+        rv = main(standalone_mode=False)
+        sys.exit(rv if isinstance(rv, int) else EXIT_OK)
+    except click.ClickException as e:  # click's own usage errors: exit 2, JSON too
+        e.show()
+        if "--json" in sys.argv[1:]:
+            click.echo(json.dumps(error_document(e.format_message(), code="usage",
+                                                 exit_code=e.exit_code)))
+        sys.exit(e.exit_code)
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(EXIT_FAILED)
     except Interrupted as e:
         exit_interrupted(e)
     except BaseException as e:
@@ -163,13 +200,12 @@ def entry() -> None:
         if stopped is not None:
             exit_interrupted(stopped)
         if isinstance(e, KgraderError):
-            fail(e)
+            emit_error(e, as_json="--json" in sys.argv[1:])
         if not isinstance(e, Exception) or os.environ.get("KGRADER_DEBUG"):
             raise
         # a kgrader bug: say so in one line, exit 2
-        click.echo(f"internal error: {type(e).__name__}: {e} (set KGRADER_DEBUG=1 for the "
-                   "traceback)", err=True)
-        sys.exit(EXIT_ERROR)
+        emit_error(f"{type(e).__name__}: {e} (set KGRADER_DEBUG=1 for the traceback)",
+                   code="internal", origin="infrastructure", as_json="--json" in sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -1,15 +1,22 @@
 """What every command shares: exit codes, stop signals, and the one way a kgrader error
-reaches the user.
+reaches the user (docs/cli.md is the table).
 
-Exit codes: 0 passed (and accepted), 1 the candidate failed or was rejected, 2 a usage or
-infrastructure error: one ``error:`` (or ``infrastructure error:``) line on stderr, never a
-traceback; 130 interrupted by SIGINT, 143 by SIGTERM (128 + the signal, the shell's
-convention), after every sandbox, container and worker the command started was stopped
-and its folders removed, with one ``interrupted:`` line on stderr.
+Exit codes: 0 passed (and accepted), 1 the candidate failed or was rejected, 2 nothing was
+graded: a usage or infrastructure error, or a candidate file that cannot be read (missing,
+empty, binary, not UTF-8, too large: the same under ``run``, ``scan`` and ``tool``): one
+``error:`` (or ``infrastructure error:``) line on stderr, never a traceback; 130
+interrupted by SIGINT, 143 by SIGTERM (128 + the signal, the shell's convention), after
+every sandbox, container and worker the command started was stopped and its folders
+removed, with one ``interrupted:`` line on stderr.
+
+With ``--json`` (every command has it) stdout holds exactly one JSON document: the
+command's result, or on a failure that has no result :func:`error_document`
+(``{"ok": false, "error": {"code", "message", "hint", "origin"}, "exit_code"}``).
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from collections.abc import Callable
@@ -19,7 +26,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from grader.errors import InfrastructureError, KgraderError
+from grader.errors import CandidateFileError, InfrastructureError, KgraderError
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
@@ -28,11 +35,64 @@ F = TypeVar("F", bound=Callable[..., Any])
 _received: list[int] = []
 
 
-def fail(err: KgraderError | str) -> NoReturn:
-    """Print one line (plus a hint, if the error has one) and exit 2."""
+def error_origin(err: BaseException | str) -> str:
+    """Whose fault a failure without a report is: ``infrastructure`` (kgrader or the
+    machine), ``candidate`` (a candidate file that cannot be read) or ``usage`` (the
+    caller's arguments, task, policy or paths)."""
+    if isinstance(err, InfrastructureError):
+        return "infrastructure"
+    if isinstance(err, CandidateFileError):
+        return "candidate"
+    return "usage"
+
+
+def error_document(err: KgraderError | str, *, code: str | None = None,
+                   origin: str | None = None, exit_code: int = EXIT_ERROR) -> dict[str, Any]:
+    """The one JSON shape of a failure that has no result of its own."""
+    if isinstance(err, KgraderError):
+        message, hint, code = err.message, err.hint, code or err.code
+    else:
+        message, hint, code = str(err), None, code or "usage"
+    return {"ok": False, "error": {"code": code, "message": message, "hint": hint,
+                                   "origin": origin or error_origin(err)},
+            "exit_code": exit_code}
+
+
+def json_requested() -> bool:
+    """Whether the running command (or a group above it) was given ``--json``."""
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        if ctx.params.get("as_json"):
+            return True
+        ctx = ctx.parent
+    return False
+
+
+def emit_error(err: KgraderError | str, *, code: str | None = None, origin: str | None = None,
+               exit_code: int = EXIT_ERROR, as_json: bool | None = None) -> NoReturn:
+    """Say ``err`` in one line on stderr (and, under ``--json``, as :func:`error_document`
+    on stdout), then exit ``exit_code``."""
     kind = "infrastructure error" if isinstance(err, InfrastructureError) else "error"
+    if code == "internal":
+        kind = "internal error"
     click.echo(f"{kind}: {err}", err=True)
-    sys.exit(EXIT_ERROR)
+    if json_requested() if as_json is None else as_json:
+        click.echo(json.dumps(error_document(err, code=code, origin=origin, exit_code=exit_code),
+                              indent=2, ensure_ascii=False))
+    sys.exit(exit_code)
+
+
+def fail(err: KgraderError | str) -> NoReturn:
+    """Print one line (plus a hint, if the error has one) and exit 2 (under ``--json``
+    also the error document on stdout)."""
+    emit_error(err)
+
+
+def json_option(f: F) -> F:
+    """``--json`` for a command whose output is JSON already: it also makes a failure
+    print :func:`error_document` on stdout."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print exactly one JSON document on stdout (errors too).")(f)
 
 
 def kgrader_errors(func: F) -> F:
@@ -102,8 +162,12 @@ def exit_interrupted(e: Interrupted) -> NoReturn:
     kill_own()
     left = reclaim_own()
     note = f"; removed {left} item(s) the stop cut short" if left else ""
-    click.echo(f"interrupted: {e.name}; stopped every sandbox this command started and "
-               f"removed its folders{note}", err=True)
+    message = (f"interrupted: {e.name}; stopped every sandbox this command started and "
+               f"removed its folders{note}")
+    click.echo(message, err=True)
+    if json_requested() or "--json" in sys.argv[1:]:
+        click.echo(json.dumps(error_document(message, code="interrupted",
+                                             origin="usage", exit_code=e.exit_code)))
     sys.exit(e.exit_code)
 
 

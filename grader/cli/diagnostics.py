@@ -24,6 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail, sweep_orphans
+from grader.cli.progress import steps, wide_console
+from grader.cli.tools import tool_exit_code
 from grader.errors import KgraderError
 from grader.report.render import plain, say
 
@@ -100,15 +102,18 @@ def profile_cmd(args: tuple[str, ...], workspace: Path | None, backend: str, dev
         from grader.diagnostics.run import ProfileRequest, profile
 
         sweep_orphans()
-        result = profile(ProfileRequest(task_dir=Path(args[0]), candidate=Path(args[1]),
-                                        backend=backend, device=device, policy=policy,
-                                        gpu_ids=gpus))
+        with steps("profile") as lines:
+            lines.step("start", {"task": args[0], "candidate": Path(args[1]).name})
+            result = profile(ProfileRequest(task_dir=Path(args[0]), candidate=Path(args[1]),
+                                            backend=backend, device=device, policy=policy,
+                                            gpu_ids=gpus))
+            lines.step("done", {"ok": str(result.ok).lower()})
     except KgraderError as e:
         fail(e)
     if as_json:
         click.echo(result.model_dump_json(indent=2))
     else:
-        _render(result, Console() if sys.stdout.isatty() else Console(width=200))
+        _render(result, wide_console())
     if any(e.origin == "infrastructure" for e in result.errors):
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_OK if result.ok else EXIT_FAILED)
@@ -124,4 +129,4 @@ def _tool_mirror(workspace: Path, args: tuple[str, ...]) -> None:
     sweep_orphans()
     result = call_tool(workspace, "profile_kernel", {"source": source})
     click.echo(json.dumps(result, indent=2, ensure_ascii=False, default=str))
-    sys.exit(EXIT_OK if result.get("ok") else EXIT_FAILED)
+    sys.exit(tool_exit_code(result))

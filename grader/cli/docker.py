@@ -36,6 +36,8 @@ def image_group() -> None:
 @click.option("--force", is_flag=True, help="Rebuild even when the content hash matches.")
 @click.option("--pull", "allow_pull", is_flag=True, help="Let docker pull a missing base.")
 @click.option("--quiet", "-q", is_flag=True, help="Do not stream build output.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as one JSON document (build output goes to stderr).")
 def build_cmd(
     flavor: Flavor,
     base: str | None,
@@ -44,6 +46,7 @@ def build_cmd(
     force: bool,
     allow_pull: bool,
     quiet: bool,
+    as_json: bool,
 ) -> None:
     """Build the sandbox image for FLAVOR (skipped when already up to date)."""
     req = BuildRequest(
@@ -52,13 +55,18 @@ def build_cmd(
 
     def progress(line: str) -> None:
         if not quiet:
-            click.echo(f"  {line}")
+            click.echo(f"  {line}", err=as_json)
 
     try:
         result = build_image(req, progress)
     except KgraderError as exc:
         fail(exc)
     state = "up to date" if result.skipped else "built"
+    if as_json:
+        click.echo(json.dumps({"ok": True, "tag": result.tag, "state": state,
+                               "image_id": result.image_id,
+                               "content_hash": result.content_hash}, indent=2))
+        return
     click.echo(
         f"{result.tag}: {state} ({result.image_id[:19]}, content {result.content_hash[:12]})"
     )

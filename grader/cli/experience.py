@@ -8,7 +8,6 @@ corrupt store, a newer schema) with one ``error:`` line on stderr, never a trace
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.cli.common import fail, kgrader_errors
+from grader.cli.progress import wide_console
 from grader.experience.lessons import lesson, one_line
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,7 +30,7 @@ def register(cli: click.Group) -> None:
 
 
 def _console() -> Console:
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    return wide_console()
 
 
 def _cell(value: Any, limit: int = 120) -> Text:

@@ -4,10 +4,14 @@ Exit codes: 0 the batch finished (whatever the submissions' verdicts); 2 usage o
 infrastructure error, including evaluations that hit an infrastructure fault (they
 were not recorded and are retried by running the same command again), and a --state
 another run holds; 130/143 interrupted (nothing left running; the same command resumes).
+With ``--json``: one JSON document on stdout (the run's summary, the page's path, or
+the error), progress on stderr as without it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,8 @@ from grader.errors import KgraderError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DEMO_TASKS = ("vector_add_small", "softmax", "matmul")
+_json_opt = click.option("--json", "as_json", is_flag=True,
+                         help="Print one JSON document on stdout (errors too).")
 
 
 def _print_summary(summary: Any) -> None:
@@ -32,17 +38,22 @@ def _print_summary(summary: Any) -> None:
                f"re-run top: {', '.join(repr(t) for t in summary.top) or 'none'}", err=True)
 
 
-def _run(**kw: Any) -> None:
+def _run(as_json: bool = False, progress: bool = True, **kw: Any) -> dict[str, Any]:
+    from grader.cli.progress import BoardLines
     from grader.leaderboard.runner import RunConfig, run_leaderboard
 
     try:
-        summary = run_leaderboard(RunConfig(**kw))
+        summary = run_leaderboard(RunConfig(**kw), progress=BoardLines(enabled=progress))
     except KgraderError as e:
         fail(e)
-        return
     _print_summary(summary)
+    doc = {"ok": not summary.infra_errors, "state": str(kw["state"]),
+           **dataclasses.asdict(summary)}
     if summary.infra_errors:
+        if as_json:
+            click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
         sys.exit(2)
+    return doc
 
 
 def _engine_options(f: Any) -> Any:
@@ -68,6 +79,10 @@ def _engine_options(f: Any) -> Any:
                      help="GPU workers: start the next evaluation's sandbox (torch import, "
                           "runners) while the current one measures; it touches the GPU only "
                           "after the current sandbox is dead (docs/leaderboard.md)."),
+        click.option("--progress/--no-progress", default=True, show_default=True,
+                     help="Progress on stderr: a bar on a terminal, a line per evaluation "
+                          "otherwise."),
+        _json_opt,
     ]
     for o in reversed(opts):
         f = o(f)
@@ -88,9 +103,12 @@ def register(cli: click.Group) -> None:
                   help="Folder of submissions: <name>/<task_name>.py.")
     @_engine_options
     @click.argument("more_tasks", nargs=-1, type=click.Path(path_type=Path))
-    def run_cmd(tasks: tuple[Path, ...], more_tasks: tuple[Path, ...], **kw: Any) -> None:
+    def run_cmd(tasks: tuple[Path, ...], more_tasks: tuple[Path, ...], as_json: bool,
+                **kw: Any) -> None:
         """Evaluate every submission on every task (resumes from --state)."""
-        _run(tasks=[*tasks, *more_tasks], **kw)
+        doc = _run(tasks=[*tasks, *more_tasks], as_json=as_json, **kw)
+        if as_json:
+            click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
 
     @leaderboard.command("render")
     @click.argument("state", type=click.Path(path_type=Path))
@@ -98,7 +116,8 @@ def register(cli: click.Group) -> None:
     @click.option("--private", is_flag=True,
                   help="The operator's own page: hidden shapes and full messages kept. "
                        "Never publish it.")
-    def render_cmd(state: Path, out_dir: Path, private: bool) -> None:
+    @_json_opt
+    def render_cmd(state: Path, out_dir: Path, private: bool, as_json: bool) -> None:
         """Write the static site for STATE into OUT_DIR (hidden shapes redacted)."""
         from grader.leaderboard.render import render_site
 
@@ -107,23 +126,29 @@ def register(cli: click.Group) -> None:
             index = render_site(state, out_dir, private=private)
         except KgraderError as e:
             fail(e)
-            return
-        click.echo(str(index))
+        if as_json:
+            click.echo(json.dumps({"ok": True, "index": str(index), "state": str(state),
+                                   "private": private}, indent=2))
+        else:
+            click.echo(str(index))
 
     @leaderboard.command("demo")
     @click.argument("out_dir", type=click.Path(path_type=Path))
     @click.option("--workers", type=int, default=2, show_default=True)
     @click.option("--backend", type=click.Choice(backend_choices()), default="auto")
     @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto")
-    def demo_cmd(out_dir: Path, workers: int, backend: str, device: str) -> None:
+    @click.option("--progress/--no-progress", default=True, show_default=True,
+                  help="Progress on stderr: a bar on a terminal, a line per evaluation "
+                       "otherwise.")
+    @_json_opt
+    def demo_cmd(out_dir: Path, workers: int, backend: str, device: str, progress: bool,
+                 as_json: bool) -> None:
         """Run the examples/leaderboard submissions and render the page into OUT_DIR."""
         from grader.leaderboard.render import render_site
 
         subs = EXAMPLES / "leaderboard" / "submissions"
         if not subs.is_dir():
-            click.echo(f"error: demo submissions not found at {subs} (run from a source "
-                       "checkout)", err=True)
-            sys.exit(2)
+            fail(f"demo submissions not found at {subs} (run from a source checkout)")
         state = out_dir / "leaderboard.sqlite"
         try:  # before any grading: a page that cannot be written must not cost the batch
             check_outputs(dirs={"OUT_DIR": out_dir, "OUT_DIR/site": out_dir / "site"},
@@ -131,12 +156,15 @@ def register(cli: click.Group) -> None:
         except KgraderError as e:
             fail(e)
         out_dir.mkdir(parents=True, exist_ok=True)
-        _run(tasks=[EXAMPLES / t for t in DEMO_TASKS], submissions=subs, state=state,
-             workers=workers, engine="local", backend=backend, device=device,
-             ray_address="auto", seed_secret=None, top_k=3)
+        doc = _run(tasks=[EXAMPLES / t for t in DEMO_TASKS], submissions=subs, state=state,
+                   workers=workers, engine="local", backend=backend, device=device,
+                   ray_address="auto", seed_secret=None, top_k=3, as_json=as_json,
+                   progress=progress)
         try:
             index = render_site(state, out_dir / "site")
         except KgraderError as e:
             fail(e)
-            return
-        click.echo(str(index))
+        if as_json:
+            click.echo(json.dumps({**doc, "index": str(index)}, indent=2, ensure_ascii=False))
+        else:
+            click.echo(str(index))

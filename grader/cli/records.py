@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from grader.cli.common import fail
+from grader.cli.progress import wide_console
 from grader.records import TRAJECTORY, read_trajectory
 
 
@@ -47,9 +47,4 @@ def show(directory: Path, as_json: bool) -> None:
             "[green]yes[/]" if e.accepted else "[red]no[/]",
             imp, e.rule or "—", e.folder,
         )
-    console = Console()
-    if not console.is_terminal:
-        # Piped or captured output has no width; rich's 80-column default would cut the
-        # sha and folder columns to nothing.
-        console = Console(width=240)
-    console.print(table)
+    wide_console().print(table)

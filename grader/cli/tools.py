@@ -2,9 +2,11 @@
 the mirrors ``compile|bench|profile|accept`` and ``calibrate``.
 
 Thin: parses arguments, calls :mod:`grader.agent.tools` / :mod:`grader.measure.peaks`, prints JSON
-on stdout. Exit codes: 0 the tool's ``ok`` is true; 1 it is false (the candidate failed
-or was rejected); 2 unusable input (bad JSON, unknown tool, no workspace) or an
-infrastructure fault outside a tool, with a one-line ``error:`` on stderr.
+on stdout (``--json`` is accepted everywhere and also puts a failure's error document
+on stdout). Exit codes: 0 the tool's ``ok`` is true; 1 it is false (the candidate failed
+or was rejected); 2 unusable input (bad JSON, unknown tool, no workspace, a source that
+cannot be read: ``bad_candidate_file``, as under ``kgrader run``) or an infrastructure
+fault, with a one-line ``error:`` on stderr.
 """
 
 from __future__ import annotations
@@ -16,11 +18,20 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from grader.backends.registry import backend_choices
-from grader.cli.common import check_outputs, fail, kgrader_errors, sweep_orphans
+from grader.cli.common import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    check_outputs,
+    fail,
+    json_option,
+    kgrader_errors,
+    sweep_orphans,
+)
+from grader.cli.progress import steps, wide_console
 
 F = TypeVar("F", bound=Callable[..., Any])
 _BACKENDS = click.Choice(backend_choices())
@@ -33,9 +44,29 @@ def register(cli: click.Group) -> None:
         cli.add_command(cmd)
 
 
+def tool_exit_code(result: dict[str, Any]) -> int:
+    """0 ok; 2 when nothing was graded (a source that cannot be read, the same code as
+    ``kgrader run`` gives a candidate file that cannot be read; the machine's fault); else 1."""
+    if result.get("ok"):
+        return EXIT_OK
+    errors = result.get("errors") or []
+    if any(e.get("code") == "bad_candidate_file" or e.get("origin") == "infrastructure"
+           for e in errors):
+        return EXIT_ERROR
+    return EXIT_FAILED
+
+
+def _with_steps(tool: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    with steps(tool) as lines:
+        lines.step("start")
+        result = call()
+        lines.step("done", {"ok": str(bool(result.get("ok"))).lower()})
+    return result
+
+
 def _emit(result: dict[str, Any]) -> NoReturn:
     click.echo(json.dumps(result, indent=2, ensure_ascii=False, default=str))
-    sys.exit(0 if result.get("ok") else 1)
+    sys.exit(tool_exit_code(result))
 
 
 _workspace_opt = click.option("--workspace", "-w", required=True,
@@ -51,8 +82,9 @@ _workspace_opt = click.option("--workspace", "-w", required=True,
 @_workspace_opt
 @click.option("--args", "args_json", default="{}", show_default=True,
               help="Tool arguments as a JSON object, or @FILE to read the JSON from FILE.")
+@json_option
 @kgrader_errors
-def tool_cmd(name: str, workspace: Path, args_json: str) -> None:
+def tool_cmd(name: str, workspace: Path, args_json: str, as_json: bool) -> None:
     """Run agent tool NAME on the workspace; print its JSON return."""
     from grader.agent.schemas import check_args
     from grader.agent.tools import call_tool
@@ -69,7 +101,7 @@ def tool_cmd(name: str, workspace: Path, args_json: str) -> None:
         fail(f"--args is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}")
     check_args(name, args)  # unknown tool or wrong arguments: exit 2 before any work
     sweep_orphans()
-    _emit(call_tool(workspace, name, args))
+    _emit(_with_steps(name, lambda: call_tool(workspace, name, args)))
 
 
 @click.group("tools")
@@ -78,7 +110,8 @@ def tools_group() -> None:
 
 
 @tools_group.command("schema")
-def tools_schema() -> None:
+@json_option
+def tools_schema(as_json: bool) -> None:
     """Print the tools' JSON schemas (function-calling format)."""
     from grader.agent.schemas import tool_schemas
 
@@ -87,8 +120,9 @@ def tools_schema() -> None:
 
 @click.command("mcp")
 @_workspace_opt
+@json_option
 @kgrader_errors
-def mcp_cmd(workspace: Path) -> None:
+def mcp_cmd(workspace: Path, as_json: bool) -> None:
     """Serve the agent tools for WORKSPACE over MCP (stdio transport)."""
     try:
         from grader.agent.mcp_server import build_server
@@ -114,9 +148,10 @@ def workspace_group() -> None:
 @click.option("--policy", help="Policy name or path (default: the task's).")
 @click.option("--quick-calibration", is_flag=True, help="Use the short peak calibration.")
 @click.option("--force", is_flag=True, help="Overwrite an existing kgrader.json.")
+@json_option
 @kgrader_errors
 def workspace_init(directory: Path, task_dir: Path, backend: str, device: str, policy: str | None,
-                   quick_calibration: bool, force: bool) -> None:
+                   quick_calibration: bool, force: bool, as_json: bool) -> None:
     """Create workspace DIR fixed to TASK_DIR; print its kgrader.json."""
     from grader.agent.tools import init_workspace
 
@@ -133,14 +168,15 @@ def _mirror(cmd_name: str, tool: str) -> click.Command:
     @click.command(cmd_name, help=f"Run the {tool} tool on FILE's source; print its JSON return.")
     @_workspace_opt
     @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+    @json_option
     @kgrader_errors
-    def command(workspace: Path, file: Path) -> None:
+    def command(workspace: Path, file: Path, as_json: bool) -> None:
         from grader.agent.tools import call_tool
         from grader.scan import read_candidate
 
         source = read_candidate(file)
         sweep_orphans()
-        _emit(call_tool(workspace, tool, {"source": source}))
+        _emit(_with_steps(tool, lambda: call_tool(workspace, tool, {"source": source})))
 
     return command
 
@@ -169,7 +205,10 @@ def calibrate_cmd(backend: str, device: str, refresh: bool, quick: bool, hardwar
 
     check_outputs(files={"--hardware": hardware})
     sweep_orphans()
-    cal = get_peaks(backend, device, refresh=refresh, quick=quick, path=hardware)
+    with steps("calibrate") as lines:
+        lines.step("start", {"quick": str(quick).lower()})
+        cal = get_peaks(backend, device, refresh=refresh, quick=quick, path=hardware)
+        lines.step("done", {"cached": str(cal.cached).lower()})
     if as_json:
         click.echo(cal.model_dump_json(indent=2))
         return
@@ -184,7 +223,7 @@ def calibrate_cmd(backend: str, device: str, refresh: bool, quick: bool, hardwar
     for dtype, value in per.items():
         table.add_row(f"matmul {dtype}", f"{value:.4g} TFLOP/s")
     env = cal.environment
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = wide_console()
     console.print(table)
     console.print(f"device {env.get('device_name', '?')}  torch {env.get('torch', '?')}  "
                   f"triton {env.get('triton', '?')}  key {cal.probe_key[:12]}")

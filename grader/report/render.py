@@ -17,6 +17,8 @@ from rich.text import Text
 from grader.report.model import Report
 from sandbox.contract.text import clean
 
+_STEPS = frozenset({"scan", "sandbox", "judge", "compile", "correctness", "benchmark", "accept",
+                    "teardown", "total"})  # the phases worth a line (SandboxInfo.phases)
 _SHOWN = 100_000  # a report's own caps bound its text; this only bounds the terminal
 
 
@@ -36,10 +38,24 @@ def say(console: Console, *parts: str | tuple[str, str], indent: int = 2) -> Non
     console.print(Padding(line, (0, 0, 0, indent), expand=False), highlight=False)
 
 
+def device_text(report: Report) -> str:
+    """The device as people should read it: on the CPU, whether Triton ran through its
+    interpreter (``TRITON_INTERPRET=1``: the figures are no GPU's)."""
+    text = str(report.device)
+    if report.environment.get("triton_interpret"):
+        text += " (Triton interpreter)"
+    return text
+
+
 def render_report(report: Report, console: Console) -> None:
     verdict = ("PASS", "bold green") if report.ok else ("FAIL", "bold red")
+    backend = f"  backend={report.sandbox.backend}" if report.sandbox is not None else ""
     console.print(Text.assemble(verdict, plain(f"  task={report.task}  stage={report.stage}  "
-                                               f"device={report.device}")), highlight=False)
+                                               f"device={device_text(report)}{backend}")),
+                  highlight=False)
+    if report.environment.get("triton_interpret"):
+        say(console, "ran on the CPU through the Triton interpreter (TRITON_INTERPRET=1): "
+                     "times are the interpreter's, not a GPU's")
     for e in report.errors:
         where = f" (line {e.line})" if e.line else ""
         say(console, (plain(f"{e.stage}/{e.code}"), "red"), f"{where}: {e.message}")
@@ -70,3 +86,7 @@ def render_report(report: Report, console: Console) -> None:
         s = report.sandbox
         say(console, f"sandbox: {s.backend}, wall {s.wall_s} s, exit {s.exit_code}, "
                      f"signal {s.signal}, limit fired: {s.limit_fired or 'none'}")
+        steps = [f"{k} {v:.3g} s" for k, v in s.phases.items()
+                 if k.split("_")[0] in _STEPS and isinstance(v, int | float)]
+        if steps:
+            say(console, "steps: " + ", ".join(steps), indent=4)

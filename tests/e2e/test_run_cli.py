@@ -71,7 +71,10 @@ def test_broken_candidate_fails_at_compile_with_its_line_number() -> None:
 def test_broken_candidate_is_already_stopped_by_triton_only_scan_with_a_line() -> None:
     rc, r = run_json(SMALL, CANDS / "broken.py")
     assert rc == 1 and r["stage"] == "scan"
-    assert r["errors"][0]["code"] == "require-triton-kernel" and r["errors"][0]["line"] is not None
+    err = r["errors"][0]
+    # at the misspelt decorator, saying so: not "no kernel" at line 1
+    assert (err["code"], err["line"]) == ("require-triton-kernel", 10), err
+    assert "@trition.jit" in err["message"] and "misspelt" in err["message"]
 
 
 def test_current_equal_to_candidate_is_not_accepted_and_both_rules_are_reported() -> None:
@@ -97,8 +100,11 @@ def test_malformed_task_json_names_the_field(tmp_path: Path) -> None:
     spec["tensors"][0]["dtype"] = "float13"
     (task / "task.json").write_text(json.dumps(spec))
     p = kgrader("run", task, CANDS / "good.py", "--backend", "bwrap", "--json")
-    assert p.returncode == 2 and p.stdout == ""
-    assert "tensors.0.dtype" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 2 and "tensors.0.dtype" in p.stderr and "Traceback" not in p.stderr
+    doc = json.loads(p.stdout)  # --json: the one error document, nothing else
+    assert doc["ok"] is False and doc["exit_code"] == 2
+    assert doc["error"]["code"] == "bad_task" and doc["error"]["origin"] == "usage"
+    assert "tensors.0.dtype" in doc["error"]["message"]
 
 
 def test_task_json_that_is_not_json_reports_line_and_column(tmp_path: Path) -> None:
@@ -118,8 +124,10 @@ def test_bad_candidate_files_give_a_clear_error_and_exit_2(tmp_path: Path, conte
     if content is not None:
         cand.write_bytes(content)
     p = kgrader("run", SMALL, cand, "--backend", "bwrap", "--json")
-    assert p.returncode == 2 and p.stdout == ""
-    assert needle.lower() in p.stderr.lower() and "Traceback" not in p.stderr
+    assert p.returncode == 2 and needle.lower() in p.stderr.lower() and "Traceback" not in p.stderr
+    err = json.loads(p.stdout)["error"]
+    assert (err["code"], err["origin"]) == ("bad_candidate_file", "candidate")
+    assert needle.lower() in err["message"].lower()
 
 
 def test_schema_command_prints_the_report_json_schema() -> None:
@@ -135,6 +143,10 @@ def test_human_output_and_out_folder(tmp_path: Path) -> None:
     p = kgrader("run", SMALL, CANDS / "wrong.py", "--backend", "bwrap", "--device", "cpu",
                 "--out", tmp_path / "o")
     assert p.returncode == 1 and "FAIL" in p.stdout and "wrong_values" in p.stdout
+    # the CPU run says it ran through the Triton interpreter, and on which backend
+    first = p.stdout.splitlines()[0]
+    assert "device=cpu" in first and first.endswith("(Triton interpreter)  backend=bwrap"), first
+    assert "times are the interpreter's" in p.stdout
     saved = json.loads((tmp_path / "o" / "report.json").read_text())
     assert saved["errors"][0]["code"] == "wrong_values"
 
