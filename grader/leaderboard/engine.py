@@ -5,7 +5,7 @@ is written by one thread of one process; workers never touch it.
 
 * :class:`LocalEngine`: a thread pool on this machine. With GPUs, one worker per GPU,
   each job pinned to its device (``gpu_ids=(str(i),)``, the sandbox sees only that GPU);
-  without, N CPU workers. With ``prepare_ahead``, two workers per GPU share the GPU's
+  without, N CPU workers, by default one per two cores (:func:`cpu_workers`). With ``prepare_ahead``, two workers per GPU share the GPU's
   measurement gate (:mod:`grader.backends.gate`): the next evaluation starts its sandbox
   and imports torch while the current one measures, and touches the GPU only after the
   current sandbox is dead.
@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import logging
+import os
 import queue
 import signal
 import threading
@@ -58,6 +59,16 @@ def local_gpus() -> list[str]:
     return sorted((i for i in ids if i.isdigit()), key=int)
 
 
+def cpu_workers(cores: int | None = None) -> int:
+    """The default number of CPU workers: one per two cores, at least one.
+
+    A CPU evaluation keeps a core busy with its runner's timed calls and another with the
+    judge's checks and reference between them; a second evaluation on those cores slows
+    both and blurs their timing, so the default never shares them (docs/leaderboard.md)."""
+    n = os.cpu_count() if cores is None else cores
+    return max(1, (n or 1) // 2)
+
+
 class LocalEngine:
     """Thread pool; each thread runs one sandboxed evaluation at a time."""
 
@@ -79,7 +90,7 @@ class LocalEngine:
                 for _ in range(2 if prepare_ahead else 1):
                     self.slots.put(((g,), gate))
         else:
-            for _ in range(max(1, workers or 1)):
+            for _ in range(max(1, workers or cpu_workers())):
                 self.slots.put(((), None))
         self.workers = self.slots.qsize()
 

@@ -78,3 +78,12 @@ def test_lost_ray_cluster_raises_a_clear_error_after_keeping_finished_results() 
     with pytest.raises(eng.ClusterLost, match=r"went away mid-run.*kept.*resume"):
         e.run(jobs(4), lambda j, o: got.append(j.submission))
     assert len(got) == 2
+
+
+def test_cpu_workers_default_is_one_per_two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert [eng.cpu_workers(c) for c in (1, 2, 3, 4, 16)] == [1, 1, 1, 2, 8]
+    monkeypatch.setattr(eng.os, "cpu_count", lambda: 8)
+    assert eng.LocalEngine(None, "cpu").workers == 4
+    assert eng.LocalEngine(3, "cpu").workers == 3  # an explicit count is kept
+    monkeypatch.setattr(eng.os, "cpu_count", lambda: None)
+    assert eng.LocalEngine(None, "cpu").workers == 1
