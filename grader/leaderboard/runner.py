@@ -53,6 +53,9 @@ class RunConfig:
     top_k: int = 3
     prepare_ahead: bool = False
     limits: dict[str, float | int | None] = field(default_factory=dict)
+    # Passes over the evaluations that hit an infrastructure fault, within this run (each
+    # is retried anyway by the next run: it was not committed).
+    infra_retries: int = 0
 
 
 @dataclass
@@ -62,6 +65,7 @@ class RunSummary:
     evaluated: int = 0
     skipped_done: int = 0
     infra_errors: list[str] = field(default_factory=list)
+    retried: int = 0
     messages: list[str] = field(default_factory=list)
     usable_tasks: list[str] = field(default_factory=list)
     top: list[str] = field(default_factory=list)
@@ -98,6 +102,7 @@ class Batch:
     def __init__(self, cfg: RunConfig, state: State, engine: Engine, progress: Progress):
         self.cfg, self.state, self.engine, self.progress = cfg, state, engine, progress
         self.summary = RunSummary()
+        self.failed: dict[tuple[str, str, str, str], str] = {}  # job key -> its infra error
 
     def _job(self, sub: str, task: TaskPayload, sha: str, rnd: str, src: str) -> Job:
         return Job(submission=sub, task=task, file_sha=sha, round=rnd, source=src,
@@ -113,6 +118,16 @@ class Batch:
             self.progress.start(what, len(todo))
             self.engine.run(todo, self._on_result)
             self.progress.stop()
+        for attempt in range(self.cfg.infra_retries):
+            again = [j for j in todo if j.key in self.failed]
+            if not again:
+                break
+            self.summary.retried += len(again)
+            log.info("batch_retry", what=what, jobs=len(again), attempt=attempt + 1)
+            self.progress.start(f"{what} (retry {attempt + 1})", len(again))
+            self.engine.run(again, self._on_result)
+            self.progress.stop()
+        self.summary.infra_errors += [self.failed.pop(j.key) for j in todo if j.key in self.failed]
 
     def _note_infra(self, job: Job, error: str | None) -> None:
         """Keep (or, once the evaluation is committed, drop) the infrastructure error that
@@ -133,10 +148,11 @@ class Batch:
         if out.row is None:
             msg = f"{job.submission}/{job.task.name} ({job.round}): not recorded, will be " \
                   f"retried next run: {out.infra_error}"
-            self.summary.infra_errors.append(msg)
+            self.failed[job.key] = msg
             log.error("evaluation_infra_error", submission=job.submission, task=job.task.name,
                       round=job.round, error=out.infra_error)
         else:
+            self.failed.pop(job.key, None)
             if job.round == "reference":
                 r = out.row
                 self.state.record_task_check(TaskCheck(
