@@ -1,0 +1,249 @@
+"""``kgrader serve`` (and ``serve token add|list|revoke``), ``kgrader submit``, ``status``,
+``report``: the grading service and its client (docs/service.md).
+
+The client's exit codes are ``kgrader run``'s: 0 the submission passed (``accepted``
+for accept, ``ok`` for a leaderboard entry), 1 it failed or was rejected, 2 nothing was
+graded (a refusal, an unreachable server, a job ``failed`` by the infrastructure).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from grader.backends.registry import backend_choices
+from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, json_option, kgrader_errors
+from grader.errors import UsageError
+
+TOKEN_ENV = "KGRADER_TOKEN"
+SERVER_ENV = "KGRADER_SERVER"
+PASSED = ("passed", "accepted", "ok")
+
+
+def register(cli: click.Group) -> None:
+    """Add ``serve``, ``submit``, ``status`` and ``report`` to ``cli``."""
+    for cmd in (serve, submit, status, report):
+        cli.add_command(cmd)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--tasks", "tasks_dir", type=click.Path(path_type=Path),
+              help="Folder of task folders: the only tasks clients may name.")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), default=Path("kgrader-service"),
+              show_default=True, help="The store (queue, results, tokens), board and secret.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--backend", type=click.Choice(backend_choices()), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto",
+              show_default=True)
+@click.option("--workers", type=int, default=None,
+              help="Workers: default one per GPU, or 1 on the CPU.")
+@click.option("--max-source-bytes", type=int, default=256 * 1024, show_default=True,
+              help="A candidate larger than this is refused (413).")
+@click.option("--max-attempts", type=int, default=2, show_default=True,
+              help="Claims of a job whose sandbox failed before it is marked failed.")
+@click.option("--read-per-min", type=float, default=600.0, show_default=True,
+              help="Requests per minute per token (reads and submissions).")
+@click.option("--board-refresh", type=int, default=5, show_default=True,
+              help="Seconds between the live board's reloads.")
+@click.option("--seed-secret", type=click.Path(path_type=Path),
+              help="Secret of the leaderboard entries' seeds (default: one kept in --data).")
+@click.pass_context
+@kgrader_errors
+def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str, port: int,
+          backend: str, device: str, workers: int | None, max_source_bytes: int,
+          max_attempts: int, read_per_min: float, board_refresh: int,
+          seed_secret: Path | None) -> None:
+    """Serve the grading API and the live board (until SIGINT/SIGTERM)."""
+    ctx.obj = data_dir
+    if ctx.invoked_subcommand is not None:
+        return
+    if tasks_dir is None:
+        raise UsageError("kgrader serve needs --tasks DIR (a folder of task folders)")
+    from grader.service.config import ServiceConfig
+    from grader.service.server import serve as run_server
+
+    cfg = ServiceConfig(tasks_dir=tasks_dir, data_dir=data_dir, backend=backend, device=device,
+                        workers=workers, max_source_bytes=max_source_bytes,
+                        max_attempts=max_attempts, read_per_min=read_per_min,
+                        board_refresh_s=board_refresh, seed_secret=seed_secret)
+    click.echo(f"kgrader serve: http://{host}:{port}/ (board at /board/)", err=True)
+    run_server(cfg, host, port)
+
+
+def _store(ctx: click.Context, given: Path | None) -> Any:
+    from grader.service.config import STORE_NAME
+    from grader.service.store import Store
+
+    data_dir: Path = given if given is not None else ctx.obj
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return Store(data_dir / STORE_NAME)
+
+
+@serve.group()
+def token() -> None:
+    """API tokens (stored hashed in --data's store)."""
+
+
+def data_option(f: Any) -> Any:
+    return click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
+                        help="The service's --data folder (default: serve's --data).")(f)
+
+
+@token.command("add")
+@click.option("--name", required=True, help="Who holds it (the board shows it).")
+@click.option("--role", type=click.Choice(["submitter", "operator"]), default="submitter",
+              show_default=True)
+@click.option("--submit-per-min", type=float, default=30.0, show_default=True)
+@click.option("--max-active", type=int, default=20, show_default=True,
+              help="Jobs queued or running at once.")
+@click.option("--max-per-day", type=int, default=2000, show_default=True)
+@data_option
+@json_option
+@click.pass_context
+@kgrader_errors
+def token_add(ctx: click.Context, name: str, role: str, submit_per_min: float, max_active: int,
+              max_per_day: int, data_dir: Path | None, as_json: bool) -> None:
+    """Create a token; it is printed once and only its hash is kept."""
+    from grader.service.auth import Limits, add_token
+
+    try:
+        tok, row = add_token(_store(ctx, data_dir), name, role,
+                             Limits(submit_per_min, max_active, max_per_day))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if as_json:
+        click.echo(json.dumps({"token": tok, "id": row.id, "name": name, "role": role}))
+    else:
+        click.echo(tok)
+        click.echo(f"(token {row.id} for {name}, role {role}: shown once, keep it secret)",
+                   err=True)
+
+
+@token.command("list")
+@data_option
+@json_option
+@click.pass_context
+@kgrader_errors
+def token_list(ctx: click.Context, data_dir: Path | None, as_json: bool) -> None:
+    """The tokens (never their secrets)."""
+    rows = _store(ctx, data_dir).tokens()
+    out = [{"id": r.id, "name": r.name, "role": r.role, "revoked": r.revoked,
+            "submit_per_min": r.submit_per_min, "max_active": r.max_active,
+            "max_per_day": r.max_per_day} for r in rows]
+    if as_json:
+        click.echo(json.dumps(out))
+    for r in out if not as_json else []:
+        click.echo(f"{r['id']}  {r['name']:<20} {r['role']:<10} "
+                   f"{'revoked' if r['revoked'] else 'active'}")
+
+
+@token.command("revoke")
+@click.argument("token_id")
+@data_option
+@json_option
+@click.pass_context
+@kgrader_errors
+def token_revoke(ctx: click.Context, token_id: str, data_dir: Path | None,
+                 as_json: bool) -> None:
+    """Revoke the token with id TOKEN_ID (the 12 hex after ``kgt_``)."""
+    if not _store(ctx, data_dir).revoke_token(token_id):
+        raise UsageError(f"no token with id {token_id!r}")
+    click.echo(json.dumps({"revoked": token_id}) if as_json else f"revoked {token_id}")
+
+
+def server_options(f: Any) -> Any:
+    f = click.option("--token", envvar=TOKEN_ENV, help=f"API token (or ${TOKEN_ENV}).")(f)
+    return click.option("--server", envvar=SERVER_ENV, required=True,
+                        help=f"Server URL (or ${SERVER_ENV}).")(f)
+
+
+def _client(server: str, token: str | None) -> Any:
+    from grader.service.client import Client
+
+    return Client(server, token)
+
+
+def _print_result(result: dict[str, Any], as_json: bool) -> None:
+    job, rep = result["submission"], result.get("report")
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"submission {job['id']}: {job['state']}, verdict {job['verdict']}"
+               + (f" ({job['error']})" if job.get("error") else ""))
+    if rep is not None:
+        from rich.console import Console
+
+        from grader.report.model import Report
+        from grader.report.render import render_report
+
+        render_report(Report.model_validate(rep), Console())
+
+
+def _exit(job: dict[str, Any]) -> None:
+    if job["state"] != "done":
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_OK if job["verdict"] in PASSED else EXIT_FAILED)
+
+
+@click.command()
+@server_options
+@click.argument("task")
+@click.argument("candidate", type=click.Path(path_type=Path))
+@click.option("--mode", type=click.Choice(["run", "bench", "accept", "leaderboard"]),
+              default="run", show_default=True)
+@click.option("--label", default="", help="A name for a leaderboard entry (letters, digits, _.-).")
+@click.option("--no-wait", is_flag=True, help="Print the queued job and return.")
+@click.option("--timeout", type=float, default=3600.0, show_default=True,
+              help="Seconds to wait for the report.")
+@json_option
+@kgrader_errors
+def submit(server: str, token: str | None, task: str, candidate: Path, mode: str, label: str,
+           no_wait: bool, timeout: float, as_json: bool) -> None:
+    """Submit CANDIDATE for TASK (a task the server names) and print its report."""
+    c = _client(server, token)
+    job = c.submit_file(task, candidate, mode, label)
+    if no_wait:
+        click.echo(json.dumps(job) if as_json else
+                   f"submission {job['id']} queued; view: {server.rstrip('/')}{job['view_url']}")
+        return
+    if not as_json:
+        click.echo(f"submission {job['id']} queued; view: {server.rstrip('/')}{job['view_url']}",
+                   err=True)
+    result = {**c.wait(job["id"], timeout), "view_url": server.rstrip("/") + job["view_url"]}
+    _print_result(result, as_json)
+    _exit(result["submission"])
+
+
+@click.command()
+@server_options
+@click.argument("job_id", required=False)
+@json_option
+@kgrader_errors
+def status(server: str, token: str | None, job_id: str | None, as_json: bool) -> None:
+    """A submission's state (without JOB_ID: this token's submissions)."""
+    c = _client(server, token)
+    jobs = [c.job(job_id)] if job_id else c.jobs()
+    if as_json:
+        click.echo(json.dumps(jobs[0] if job_id else jobs))
+        return
+    for j in jobs:
+        click.echo(f"{j['id']}  {j['task']:<20} {j['mode']:<11} {j['state']:<8} "
+                   f"{j['verdict'] or ''}")
+
+
+@click.command()
+@server_options
+@click.argument("job_id")
+@json_option
+@kgrader_errors
+def report(server: str, token: str | None, job_id: str, as_json: bool) -> None:
+    """A finished submission's report (exit code as ``kgrader run``'s)."""
+    result = _client(server, token).report(job_id)
+    _print_result(result, as_json)
+    _exit(result["submission"])
+

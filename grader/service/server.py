@@ -1,0 +1,36 @@
+"""Wiring: a :class:`~grader.service.config.ServiceConfig` becomes the app; uvicorn serves it."""
+
+from __future__ import annotations
+
+from starlette.applications import Starlette
+
+from grader.backends.cleanup import sweep_orphans
+from grader.service.app import Service, make_app
+from grader.service.board import Board
+from grader.service.config import ServiceConfig
+from grader.service.store import Store
+from grader.service.worker import Grader, Workers, grade, load_tasks
+
+
+def build(cfg: ServiceConfig, grader: Grader = grade) -> Starlette:
+    """The app for ``cfg`` (workers start with the app's lifespan)."""
+    cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tasks = load_tasks(cfg.tasks_dir, cfg.secret())
+    store = Store(cfg.store_path)
+    board = Board(cfg.data_dir / "board", store, tasks)
+    workers = Workers(store, tasks, cfg.slots(), grader=grader, max_attempts=cfg.max_attempts,
+                      on_leaderboard=board.record)
+    svc = Service(store, tasks, workers, board, max_source_bytes=cfg.max_source_bytes,
+                  max_request_bytes=cfg.max_request_bytes, read_per_min=cfg.read_per_min,
+                  board_refresh_s=cfg.board_refresh_s)
+    return make_app(svc)
+
+
+def serve(cfg: ServiceConfig, host: str, port: int) -> None:
+    """Serve until SIGINT/SIGTERM; what a killed server left is swept first."""
+    import uvicorn
+
+    sweep_orphans()
+    app = build(cfg)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False,
+                timeout_graceful_shutdown=5)

@@ -1,0 +1,216 @@
+"""Workers: each claims the oldest queued job, grades it, and records the result once.
+
+Every evaluation goes through one function, :func:`grade` (``EvalRequest -> Report``):
+today the cold path (:func:`grader.evaluate.evaluate`, as the agent tools call it); a
+warm pool of single-use sandboxes replaces it there, or is passed to :class:`Workers`
+as ``grader``. One worker per GPU (each with that GPU's id); on the CPU a configured
+count.
+
+What a job's mode grades (the server's own copy of the task, never a client's path):
+
+* ``run``: compile, correctness (tune and hidden shapes), benchmark -- ``kgrader run``;
+* ``bench``: the same, paired with the task's trusted reference (``bench_kernel``);
+* ``accept``: paired, interleaved against the task's current best on this server; an
+  accepted candidate becomes the best (with no best yet: accepted when it passes);
+* ``leaderboard``: a leaderboard entry -- the task with the server's secret seeds,
+  paired with the reference, the row committed to the live board.
+
+A report whose errors are the infrastructure's is not a result: the job is re-queued
+(up to ``max_attempts`` claims), then ``failed``. A candidate's failure is a result
+(``done``, verdict ``failed``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from grader.errors import InfrastructureError, KgraderError, TaskError, UsageError
+from grader.evaluate import EvalRequest, Source, evaluate
+from grader.leaderboard.job import classify, redact_seeds
+from grader.leaderboard.seeds import Secret, TaskPayload, task_payload
+from grader.report.model import Report
+from grader.scan import check_source
+from grader.service.store import Claimed, Store
+from grader.task import TaskSpec, load_task
+
+log = structlog.get_logger("kgrader.service")
+MODES = ("run", "bench", "accept", "leaderboard")
+Grader = Callable[[EvalRequest], Report]
+
+
+def grade(request: EvalRequest) -> Report:
+    """The one call the service grades through (the seam for the warm pool)."""
+    return evaluate(request)
+
+
+@dataclass(frozen=True)
+class ServiceTask:
+    """A task the server was started with: its spec and reference, and the secret-seeded
+    payload leaderboard entries are graded on."""
+
+    name: str
+    spec: TaskSpec
+    reference: str
+    payload: TaskPayload
+
+
+def load_tasks(tasks_dir: Path, secret: Secret) -> dict[str, ServiceTask]:
+    """Every task folder directly under ``tasks_dir`` (a folder holding ``task.json``)."""
+    if not tasks_dir.is_dir():
+        raise UsageError(f"--tasks {tasks_dir}: not a folder of task folders")
+    out: dict[str, ServiceTask] = {}
+    for d in sorted(p for p in tasks_dir.iterdir() if (p / "task.json").is_file()):
+        spec, reference = load_task(d)
+        if spec.name in out:
+            raise TaskError(f"two task folders under {tasks_dir} define task {spec.name!r}")
+        out[spec.name] = ServiceTask(spec.name, spec, reference, task_payload(d, secret))
+    if not out:
+        raise UsageError(f"--tasks {tasks_dir}: no task folder (a folder with task.json) in it")
+    return out
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one worker grades: its name, backend, device and GPU ids."""
+
+    name: str
+    backend: str
+    device: str
+    gpu_ids: tuple[str, ...] = ()
+
+
+def build_request(mode: str, source: str, task: ServiceTask, slot: Slot, job_id: str,
+                  best: str | None) -> EvalRequest:
+    """The in-memory request for one job of ``mode`` (see the module docstring)."""
+    cand = Source(name=f"{job_id}.py", text=check_source(source, job_id))
+    ref = Source(name="reference.py", text=task.reference)
+    common = {"reference": task.reference, "candidate": cand, "backend": slot.backend,
+              "device": slot.device, "gpu_ids": slot.gpu_ids}
+    if mode == "run":
+        return EvalRequest(task=task.spec, **common)
+    if mode == "bench":
+        return EvalRequest(task=task.spec, current=ref, current_trusted=True,
+                           **common)
+    if mode == "accept":
+        cur = None if best is None else Source(name="current.py", text=best)
+        return EvalRequest(task=task.spec, current=cur, **common)
+    if mode == "leaderboard":
+        spec = TaskSpec.model_validate_json(task.payload.task_json)
+        return EvalRequest(task=spec, current=ref, current_trusted=True,
+                           shape_seed=task.payload.shape_seed, **common)
+    raise UsageError(f"unknown mode {mode!r}")
+
+
+def verdict(mode: str, report: Report) -> str:
+    """The job's one-word verdict: ``passed``/``failed`` (run, bench), ``accepted``/
+    ``rejected``/``failed`` (accept), the leaderboard's (``ok``, ``failed``, ``anomaly``,
+    ``disqualified``)."""
+    passed = (not report.errors and report.correctness is not None
+              and report.correctness.passed and report.timing is not None)
+    if mode == "leaderboard":
+        return classify(report)[0]
+    if mode == "accept":
+        if not passed:
+            return "failed"
+        acc = report.acceptance
+        return "accepted" if acc is None or acc.accepted else "rejected"
+    return "passed" if passed else "failed"
+
+
+BoardHook = Callable[[Claimed, ServiceTask, Report, str, float], None]
+
+
+class Workers:
+    """Threads that drain the queue; :meth:`wake` after a submission."""
+
+    def __init__(self, store: Store, tasks: dict[str, ServiceTask], slots: list[Slot],
+                 *, grader: Grader = grade, max_attempts: int = 2,
+                 on_leaderboard: BoardHook | None = None):
+        self.store, self.tasks, self.slots = store, tasks, slots
+        self.grader, self.max_attempts, self.on_leaderboard = grader, max_attempts, on_leaderboard
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for slot in self.slots:
+            t = threading.Thread(target=self._loop, args=(slot,), name=f"kgrader-{slot.name}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """No new claims; a job being graded is left ``running`` (the next start re-runs it)."""
+        self._stop.set()
+        self._wake.set()
+        for t in self._threads:
+            t.join(timeout)
+
+    def _loop(self, slot: Slot) -> None:
+        while not self._stop.is_set():
+            claimed = self.store.claim(slot.name)
+            if claimed is None:
+                self._wake.wait(0.5)
+                self._wake.clear()
+                continue
+            self.run_one(claimed, slot)
+
+    def run_one(self, c: Claimed, slot: Slot) -> None:
+        """Grade one claimed job and record its outcome (never raises)."""
+        job, t0 = c.job, time.monotonic()
+        task = self.tasks.get(job.task)
+        report: Report | None = None
+        problem: str | None = None
+        try:
+            if task is None:  # the server was restarted without this task
+                raise UsageError(f"task {job.task!r} is not served any more")
+            best = self.store.best(job.task) if job.mode == "accept" else None
+            report = self.grader(build_request(job.mode, c.source, task, slot, job.id, best))
+            if report.infrastructure_failed():
+                e = next(e for e in report.errors if e.origin == "infrastructure")
+                problem = f"{e.code}: {e.message}"
+        except InfrastructureError as e:
+            problem = f"{e.code}: {e}"
+        except KgraderError as e:  # the candidate's or the job's own fault: a result
+            self._finish(c, "done", "failed", None, f"{e.code}: {e}")
+            return
+        except Exception as e:  # a kgrader bug: never kills the worker
+            log.exception("service_grade_bug", job=job.id)
+            problem = f"internal error: {type(e).__name__}: {e}"
+        if self._stop.is_set():
+            return  # shutting down: the sandbox may have been stopped under it; re-run later
+        if problem is not None or report is None or task is None:
+            why = problem or "no report"
+            if c.attempt < self.max_attempts and self.store.requeue(job.id, c.attempt, why):
+                log.warning("service_job_requeued", job=job.id, attempt=c.attempt, error=why)
+                return
+            self._finish(c, "failed", None, None, why)
+            return
+        v = verdict(job.mode, report)
+        text = report.model_dump_json()
+        if job.mode == "leaderboard":
+            text = json.dumps(redact_seeds(json.loads(text), task.payload.seeds))
+        best_source = c.source if job.mode == "accept" and v == "accepted" else None
+        if self._finish(c, "done", v, text, None, best_source) and job.mode == "leaderboard" \
+                and self.on_leaderboard is not None:
+            try:
+                self.on_leaderboard(c, task, report, v, time.monotonic() - t0)
+            except Exception:  # the board is a view: a failure there loses no result
+                log.exception("service_board_update_failed", job=job.id)
+
+    def _finish(self, c: Claimed, state: str, v: str | None, report_json: str | None,
+                error: str | None, best_source: str | None = None) -> bool:
+        ok = self.store.finish(c.job.id, c.attempt, state=state, verdict=v,
+                               report_json=report_json, error=error, best_source=best_source)
+        log.info("service_job_finished", job=c.job.id, state=state, verdict=v, recorded=ok)
+        return ok

@@ -1,0 +1,157 @@
+"""The HTTP API's refusals and routes, with a fake grader (no sandbox: the real ones are in
+tests/e2e/test_service_e2e.py). Every refusal is a typed ``{code, message}`` 4xx."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("httpx")  # starlette's TestClient
+from starlette.testclient import TestClient
+
+from grader.evaluate import EvalRequest
+from grader.report.model import Report
+from grader.service.auth import Limits, add_token
+from grader.service.config import ServiceConfig
+from grader.service.server import build
+from grader.service.store import Store
+
+TASK = Path(__file__).resolve().parents[2] / "examples" / "vector_add_small"
+GOOD = (TASK / "candidates" / "good.py").read_text()
+seen: list[EvalRequest] = []
+
+
+def fake_grade(req: EvalRequest) -> Report:
+    seen.append(req)
+    return Report(ok=False, stage="compile", task=req.task.name)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[tuple[TestClient, dict[str, str], Store]]:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(TASK, tasks / "vector_add_small")
+    cfg = ServiceConfig(tasks_dir=tasks, data_dir=tmp_path / "data", device="cpu",
+                        backend="bwrap", max_source_bytes=4096, read_per_min=1000)
+    app = build(cfg, grader=fake_grade)
+    store = Store(cfg.store_path)
+    toks = {"alice": add_token(store, "alice", "submitter")[0],
+            "bob": add_token(store, "bob", "submitter", Limits(submit_per_min=1))[0],
+            "ops": add_token(store, "ops", "operator")[0]}
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client, toks, store
+
+
+def _auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _wait(client: TestClient, token: str, job_id: str) -> dict[str, Any]:
+    for _ in range(200):
+        job: dict[str, Any] = client.get(f"/v1/submissions/{job_id}", headers=_auth(token)).json()
+        if job["state"] in ("done", "failed"):
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def _error(r: Any, status: int, code: str) -> None:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"code", "message"} and body["code"] == code and body["message"]
+    assert "Traceback" not in r.text
+
+
+def test_a_submission_is_graded_once_and_its_report_and_events_are_the_owners(env: Any) -> None:
+    client, toks, store = env
+    r = client.post("/v1/submissions", headers=_auth(toks["alice"]),
+                    json={"task": "vector_add_small", "mode": "bench", "source": GOOD})
+    assert r.status_code == 201, r.text
+    job = r.json()
+    assert job["state"] == "queued" and job["view_url"].startswith(f"/r/{job['id']}/")
+    done = _wait(client, toks["alice"], job["id"])
+    assert done["state"] == "done" and done["verdict"] == "failed" and done["attempts"] == 1
+    assert seen[-1].current is not None and seen[-1].current_trusted  # bench: vs the reference
+    rep = client.get(f"/v1/submissions/{job['id']}/report", headers=_auth(toks["alice"]))
+    assert rep.status_code == 200 and rep.json()["report"]["task"] == "vector_add_small"
+    ev = client.get(f"/v1/submissions/{job['id']}/events", headers=_auth(toks["alice"]))
+    assert ev.headers["content-type"].startswith("text/event-stream")
+    assert [ln[7:] for ln in ev.text.splitlines() if ln.startswith("event: ")] == \
+        ["queued", "running", "done"]
+    # Another submitter cannot tell the job exists; an operator sees it.
+    _error(client.get(f"/v1/submissions/{job['id']}", headers=_auth(toks["bob"])), 404,
+           "not_found")
+    assert client.get(f"/v1/submissions/{job['id']}/report",
+                      headers=_auth(toks["ops"])).status_code == 200
+    page = client.get(job["view_url"])
+    assert page.status_code == 200 and "Verdict: failed (report: FAIL" in page.text
+    assert "script-src" not in page.headers["content-security-policy"]
+    _error(client.get(job["view_url"][:-2] + "xx"), 404, "not_found")
+    assert store.stats()["max_grades_per_job"] == 1
+
+
+@pytest.mark.parametrize(("body", "status", "code"), [
+    ({"task": "nope", "source": GOOD}, 404, "unknown_task"),
+    ({"task": "vector_add_small", "source": GOOD, "mode": "profile"}, 400, "bad_request"),
+    ({"task": "vector_add_small", "source": 3}, 400, "bad_request"),
+    ({"task": "vector_add_small"}, 400, "bad_request"),
+    ({"task": "vector_add_small", "source": GOOD, "path": "/etc/passwd"}, 400, "bad_request"),
+    ({"task": "vector_add_small", "source": GOOD, "label": "../x"}, 400, "bad_request"),
+    ({"task": "vector_add_small", "source": "   \n"}, 422, "bad_candidate"),
+    ({"task": "vector_add_small", "source": "x = 1\0"}, 422, "bad_candidate"),
+    ({"task": "vector_add_small", "source": "#" * 5000}, 413, "too_large"),
+])
+def test_bad_submissions_are_typed_4xx(env: Any, body: dict[str, Any], status: int,
+                                       code: str) -> None:
+    client, toks, store = env
+    _error(client.post("/v1/submissions", headers=_auth(toks["alice"]), json=body), status, code)
+    assert store.counts()["queued"] == 0
+
+
+def test_bodies_that_are_not_json_objects_or_too_large_are_refused(env: Any) -> None:
+    client, toks, _ = env
+    h = _auth(toks["alice"])
+    _error(client.post("/v1/submissions", headers=h, content=b"{nope"), 400, "bad_request")
+    _error(client.post("/v1/submissions", headers=h, json=[1, 2]), 400, "bad_request")
+    _error(client.post("/v1/submissions", headers=h, content=b"x" * 200_000), 413, "too_large")
+
+
+def test_tokens_roles_and_unknown_routes(env: Any) -> None:
+    client, toks, _ = env
+    _error(client.get("/v1/tasks"), 401, "unauthenticated")
+    _error(client.get("/v1/tasks", headers=_auth(toks["alice"] + "x")), 401, "bad_token")
+    _error(client.get("/v1/queue", headers=_auth(toks["alice"])), 403, "forbidden")
+    assert client.get("/v1/queue", headers=_auth(toks["ops"])).json()["jobs"]["queued"] == 0
+    _error(client.get("/v1/nothing"), 404, "not_found")
+    _error(client.delete("/v1/submissions"), 405, "method_not_allowed")
+    _error(client.get("/v1/submissions/../../etc", headers=_auth(toks["alice"])), 404, "not_found")
+    _error(client.get("/board/eval/abc.html"), 403, "forbidden")
+    _error(client.get("/board/../service.sqlite"), 404, "not_found")
+    assert [t["name"] for t in client.get("/v1/tasks", headers=_auth(toks["alice"])).json()[
+        "tasks"]] == ["vector_add_small"]
+
+
+def test_the_submit_rate_is_limited_per_token_with_retry_after(env: Any) -> None:
+    client, toks, _ = env
+    body = {"task": "vector_add_small", "source": GOOD}
+    assert client.post("/v1/submissions", headers=_auth(toks["bob"]), json=body).status_code == 201
+    r = client.post("/v1/submissions", headers=_auth(toks["bob"]), json=body)
+    _error(r, 429, "rate_limited")
+    assert int(r.headers["retry-after"]) >= 1
+    assert client.post("/v1/submissions", headers=_auth(toks["alice"]), json=body).status_code == 201
+
+
+def test_a_bug_is_a_typed_500_without_a_traceback(env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    client, _, store = env
+
+    def broken() -> dict[str, int]:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(store.__class__, "counts", lambda self: broken())
+    r = client.get("/v1/health")
+    _error(r, 500, "internal")
+    assert "secret internals" not in r.text

@@ -1,0 +1,138 @@
+"""The service's queue: each move once, quotas in one transaction, a restart loses nothing."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from grader.service.store import Store, StoreError
+
+
+def _submit(store: Store, token: str = "t1", *, max_active: int = 100, max_per_day: int = 100,
+            now: float | None = None) -> str:
+    job = store.submit(token_id=token, task="vector_add_small", mode="run", label="",
+                       source="print(1)\n", source_sha="s", view_sha="v",
+                       max_active=max_active, max_per_day=max_per_day, now=now)
+    assert not isinstance(job, str), job
+    return job.id
+
+
+def test_a_job_moves_queued_running_done_once_and_records_one_grade(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite")
+    jid = _submit(store)
+    c = store.claim("w0")
+    assert c is not None and c.job.id == jid and c.job.state == "running" and c.attempt == 1
+    assert store.claim("w1") is None  # nothing else queued: a running job is not claimed twice
+    assert store.finish(jid, 1, state="done", verdict="passed", report_json="{}", error=None)
+    assert not store.finish(jid, 1, state="failed", verdict=None, report_json=None, error="x")
+    job = store.job(jid)
+    assert job is not None and job.state == "done" and job.verdict == "passed" and job.grades == 1
+    assert [k for _, _, k, _ in store.events(jid)] == ["queued", "running", "done"]
+    with pytest.raises(ValueError):
+        store.finish(jid, 1, state="running", verdict=None, report_json=None, error=None)
+
+
+def test_recover_requeues_running_jobs_and_never_touches_finished_ones(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    store = Store(path)
+    done, running, queued = _submit(store), _submit(store), _submit(store)
+    c = store.claim("w0")
+    assert c is not None and c.job.id == done
+    store.finish(done, 1, state="done", verdict="passed", report_json="{}", error=None)
+    c2 = store.claim("w0")
+    assert c2 is not None and c2.job.id == running
+    # The server is killed here; a new process opens the same file.
+    again = Store(path)
+    assert again.recover() == [running]
+    assert again.counts() == {"queued": 2, "running": 0, "done": 1, "failed": 0}
+    # The old claim cannot finish the job any more (it is queued again, attempt 1 is stale).
+    assert not again.finish(running, 1, state="done", verdict="passed", report_json="{}",
+                            error=None)
+    order = [again.claim("w0"), again.claim("w0")]
+    assert [c.job.id for c in order if c] == [running, queued]  # oldest first
+    assert order[0] is not None and order[0].attempt == 2
+    assert "requeued" in [k for _, _, k, _ in again.events(running)]
+    assert again.job(done) is not None and again.job(done).grades == 1  # type: ignore[union-attr]
+
+
+def test_requeue_then_failed_after_the_last_attempt(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite")
+    jid = _submit(store)
+    c = store.claim("w0")
+    assert c is not None and store.requeue(jid, 1, "sandbox_unavailable: no bwrap")
+    assert not store.requeue(jid, 1, "again")  # not running any more
+    c = store.claim("w0")
+    assert c is not None and c.attempt == 2
+    assert store.finish(jid, 2, state="failed", verdict=None, report_json=None, error="gone")
+    job = store.job(jid)
+    assert job is not None and job.state == "failed" and job.grades == 0
+    assert store.stats() == {"jobs": {"queued": 0, "running": 0, "done": 0, "failed": 1},
+                             "claims": 2, "grades": 0, "max_grades_per_job": 0}
+
+
+def test_quotas_refuse_active_and_daily_overflow_per_token(tmp_path: Path) -> None:
+    store = Store(tmp_path / "s.sqlite")
+    _submit(store, max_active=1)
+    refused = store.submit(token_id="t1", task="x", mode="run", label="", source="s",
+                           source_sha="s", view_sha="v", max_active=1, max_per_day=100)
+    assert refused == "max_active"
+    _submit(store, "t2", max_active=1)  # another token has its own quota
+    day = store.submit(token_id="t3", task="x", mode="run", label="", source="s", source_sha="s",
+                       view_sha="v", max_active=10, max_per_day=0)
+    assert day == "max_per_day"
+    _submit(store, "t4", max_per_day=1, now=1000.0)
+    _submit(store, "t4", max_per_day=1, now=1000.0 + 86401)  # a day later: room again
+
+
+def test_concurrent_submissions_cannot_overrun_a_quota(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    Store(path)
+    results: list[object] = []
+
+    def one() -> None:
+        s = Store(path)
+        results.append(s.submit(token_id="t", task="x", mode="run", label="", source="s",
+                                source_sha="s", view_sha="v", max_active=3, max_per_day=100))
+
+    threads = [threading.Thread(target=one) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(1 for r in results if not isinstance(r, str)) == 3
+    assert Store(path).counts()["queued"] == 3
+
+
+def test_concurrent_workers_claim_every_job_exactly_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    store = Store(path)
+    ids = {_submit(store) for _ in range(30)}
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def worker(name: str) -> None:
+        s = Store(path)
+        while (c := s.claim(name)) is not None:
+            assert s.finish(c.job.id, c.attempt, state="done", verdict="passed",
+                            report_json="{}", error=None)
+            with lock:
+                claimed.append(c.job.id)
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(claimed) == sorted(ids)
+    assert store.stats()["max_grades_per_job"] == 1
+
+
+def test_a_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    import sqlite3
+
+    p = tmp_path / "other.sqlite"
+    sqlite3.connect(p).execute("CREATE TABLE x (a)")
+    with pytest.raises(StoreError, match="not a kgrader service store"):
+        Store(p)
