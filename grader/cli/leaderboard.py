@@ -42,7 +42,7 @@ def _run(as_json: bool = False, progress: bool = True, keep_going: bool = False,
          **kw: Any) -> dict[str, Any]:
     """Run the batch; exit 2 on infrastructure errors unless ``keep_going`` (the caller
     then reads ``doc["ok"]``)."""
-    from grader.cli.progress import BoardLines
+    from grader.cli.board_progress import BoardLines
     from grader.leaderboard.runner import RunConfig, run_leaderboard
 
     try:

@@ -18,10 +18,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress as RichProgress
-from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from grader.leaderboard.progress import Progress as BoardProgress
 from grader.logs import on_step
 from grader.report.render import plain
 
@@ -44,11 +41,14 @@ class StepLines:
         self.enabled = enabled
         self.tty = sys.stderr.isatty() if tty is None else tty
         self.t0 = time.monotonic()
-        self._live: RichProgress | None = None
+        self._live: Any = None  # rich.progress.Progress, imported when a terminal needs it
         self._task: Any = None
 
     def start(self) -> None:
         if self.enabled and self.tty:
+            from rich.progress import Progress as RichProgress
+            from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
+
             self._live = RichProgress(SpinnerColumn(), TextColumn("{task.description}"),
                                       TimeElapsedColumn(), console=Console(stderr=True),
                                       transient=True)
@@ -105,34 +105,6 @@ def tell_judge_steps(lines: StepLines, phases: Mapping[str, float]) -> None:
         return
     for label, seconds in judge_steps(phases):
         lines.step(f"judge: {label}", {"s": round(seconds, 3)})
-
-
-class BoardLines(BoardProgress):
-    """The leaderboard's progress: its rich bar on a terminal, else one line per batch and
-    per finished evaluation."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.tty = sys.stderr.isatty()
-        super().__init__(enabled=enabled and self.tty)
-        self.lines = enabled and not self.tty
-        self.t0 = time.monotonic()
-        self.done = self.total = 0
-
-    def _say(self, text: str) -> None:
-        click.echo(plain(f"kgrader leaderboard: +{time.monotonic() - self.t0:.1f}s {text}"),
-                   err=True)
-
-    def start(self, what: str, total: int) -> None:
-        super().start(what, total)
-        if self.lines:
-            self.done, self.total = 0, total
-            self._say(f"{what}: {total} evaluation(s)")
-
-    def advance(self, submission: str, task: str, verdict: str) -> None:
-        super().advance(submission, task, verdict)
-        if self.lines:
-            self.done += 1
-            self._say(f"[{self.done}/{self.total}] {submission}/{task}: {verdict}")
 
 
 def wide_console() -> Console:

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from grader.cli.app import main
-from grader.cli.progress import BoardLines, StepLines, judge_steps, tell_judge_steps, wide_console
+from grader.cli.board_progress import BoardLines
+from grader.cli.progress import StepLines, judge_steps, tell_judge_steps, wide_console
 from grader.cli.tools import tool_exit_code
 from grader.logs import configure, on_step, step
 from grader.report.model import Report
@@ -218,3 +219,16 @@ def test_the_human_report_names_the_triton_interpreter_and_the_backend() -> None
     buf = io.StringIO()
     render_report(_report(environment={}, device="cuda"), Console(file=buf, width=200))
     assert "interpreter" not in buf.getvalue()
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="util-linux script is not installed")
+def test_on_a_terminal_the_steps_are_one_live_line_that_goes_away() -> None:
+    code = ("import time\nfrom grader.cli.progress import steps\nfrom grader.logs import step\n"
+            "with steps('run'):\n    step('scan', task='t'); time.sleep(0.3)\n"
+            "    step('sandbox', backend='bwrap'); time.sleep(0.3)\nprint('after')\n")
+    p = subprocess.run(["script", "-qc", f"{sys.executable} -c \"{code}\"", "/dev/null"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = p.stdout
+    assert p.returncode == 0 and "run: sandbox backend=bwrap" in out, out
+    assert "kgrader run: +" not in out  # no plain lines on a terminal
+    assert "\x1b[2K" in out and out.rstrip().endswith("after")  # redrawn in place, then cleared
