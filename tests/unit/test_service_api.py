@@ -4,6 +4,7 @@ tests/e2e/test_service_e2e.py). Every refusal is a typed ``{code, message}`` 4xx
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,3 +156,27 @@ def test_a_bug_is_a_typed_500_without_a_traceback(env: Any, monkeypatch: pytest.
     r = client.get("/v1/health")
     _error(r, 500, "internal")
     assert "secret internals" not in r.text
+
+
+def test_the_active_jobs_quota_is_a_429_until_a_job_finishes(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(TASK, tasks / "vector_add_small")
+    cfg = ServiceConfig(tasks_dir=tasks, data_dir=tmp_path / "data", device="cpu",
+                        backend="bwrap", workers=1)
+    release = threading.Event()
+
+    def slow_grade(req: EvalRequest) -> Report:
+        release.wait(30)
+        return Report(ok=False, stage="compile", task=req.task.name)
+
+    app = build(cfg, grader=slow_grade)
+    tok = add_token(Store(cfg.store_path), "carol", "submitter", Limits(max_active=1))[0]
+    body = {"task": "vector_add_small", "source": GOOD}
+    with TestClient(app, raise_server_exceptions=False) as client:
+        first = client.post("/v1/submissions", headers=_auth(tok), json=body)
+        assert first.status_code == 201
+        _error(client.post("/v1/submissions", headers=_auth(tok), json=body), 429,
+               "quota_exceeded")
+        release.set()
+        _wait(client, tok, first.json()["id"])
+        assert client.post("/v1/submissions", headers=_auth(tok), json=body).status_code == 201
