@@ -214,7 +214,8 @@ def render_state(state: State, out_dir: Path, *, private: bool = False) -> Path:
         rows = [public_row(r, facts.get(r.task, ShapeFacts(None))) for r in rows]
     tasks = state.meta("usable_tasks", []) or state.meta("tasks", [])
     subs = {s.name: s.files for s in state.submissions() if s.status == "valid"}
-    b = board(rows, subs, tasks, state.meta("top", []), _infra(state, facts))
+    top = state.meta("top")
+    b = board(rows, subs, tasks, top or [], _infra(state, facts))
     problems = _problems(state, facts)
     top_k = state.meta("top_k")
     plots = write_plots(b, out_dir)
@@ -222,30 +223,31 @@ def render_state(state: State, out_dir: Path, *, private: bool = False) -> Path:
     for r in rows:
         (out_dir / eval_page_name(r)).write_text(_eval_page(r, private), encoding="utf-8")
     index = out_dir / "index.html"
-    index.write_text(_doc("kgrader leaderboard", _index_body(b, rows, tasks, top_k, private,
-                                                             plots, by_key, problems)),
-                     encoding="utf-8")
+    body = _index_body(b, rows, tasks, private, plots, by_key, problems,
+                       _ranking_head(b, top_k, top is not None))
+    index.write_text(_doc("kgrader leaderboard", body), encoding="utf-8")
     return index
 
 
-def _ranking_head(b: Board, top_k: object) -> str:
+def _ranking_head(b: Board, top_k: object, selected: bool) -> str:
     k = top_k if isinstance(top_k, int) else len(b.top)
+    head = f"<h2>Ranking (top {escape(str(k))}, figures from an independent re-run)</h2>"
     note = ""
-    if len(b.top) < k:
-        note = (f" Top {k} asked; {len(b.top)} "
+    if not selected:
+        note = "The top entries are selected when every main-round evaluation is in."
+    elif len(b.top) < k:
+        note = (f"Top {k} asked; {len(b.top)} "
                 f"{'entry has' if len(b.top) == 1 else 'entries have'} at least one correct, "
                 "timed task.")
     if b.none_faster:
         note += (" No entry is faster than the reference on any task: every floored geomean "
                  "is 1 and every fast_1 is 0, so the geomean over solved tasks orders them.")
-    return (f"<h2>Ranking (top {escape(str(k))}, figures from an independent re-run)</h2>"
-            f'<p id="ranking-note">{escape(note.strip())}</p>' if note else
-            f"<h2>Ranking (top {escape(str(k))}, figures from an independent re-run)</h2>")
+    return head + (f'<p id="ranking-note">{escape(note.strip())}</p>' if note else "")
 
 
-def _index_body(b: Board, rows: Sequence[EvalRow], tasks: Sequence[str], top_k: object,
-                private: bool, plots: dict[str, str], by_key: dict[tuple[str, str], EvalRow],
-                problems: str) -> str:
+def _index_body(b: Board, rows: Sequence[EvalRow], tasks: Sequence[str], private: bool,
+                plots: dict[str, str], by_key: dict[tuple[str, str], EvalRow], problems: str,
+                ranking_head: str) -> str:
     headers = ["rank", "submission", "correct", *STAT_HEADERS]
     n = len(tasks)
     body = [f"<h1>kgrader leaderboard</h1>{PRIVATE_BANNER if private else ''}<p>Rendered "
@@ -259,7 +261,7 @@ def _index_body(b: Board, rows: Sequence[EvalRow], tasks: Sequence[str], top_k: 
             "entered) count as speed-up 0 for fast_p and the median, are excluded from the "
             "geomean (its n says how many are left) and count as 1 in the floored geomean.</p>",
             "<h2>Hardware and software</h2>", environment_table(rows),
-            _ranking_head(b, top_k),
+            ranking_head,
             table(headers, _ranking_rows(b.ranked, n) + _awaiting_rows(b), "ranking",
                    empty="no ranked entries yet (the top-K re-run has not finished)"),
             "<h2>Not re-measured (selection round; not ranked)</h2>",

@@ -60,6 +60,7 @@ def test_the_page_lists_a_pending_evaluation_with_its_escaped_reason(tmp_path: P
     assert "infrastructure error, retried by the next run: boom &lt;b&gt;x&lt;/b&gt;" in html
     assert "<b>x</b>" not in html
     assert "no entries yet" in html  # the unranked table: s is pending, not an entry
+    assert "selected when every main-round evaluation is in" in html  # no "top" meta yet
 
 
 def test_a_correct_but_slower_evaluation_page_explains_the_reports_ok_false() -> None:
