@@ -128,14 +128,14 @@ def judge_request(req: EvalRequest, device: wire.Device, floor: float | None) ->
         sanitize=sanitize_request(req.sanitize, req.task.sanitize), gated=req.gate is not None)
 
 
-def evaluate(req: EvalRequest) -> Report:
-    """Run one evaluation. Raises :class:`UsageError` / :class:`InfrastructureError` only."""
-    spec, limits = req.task, req.effective_limits()
-    spec = spec.model_copy(update={"limits": limits})
+def screen(req: EvalRequest, spec: TaskSpec) -> tuple[Report, float]:
+    """The host's part before any sandbox: the report's frame and the static scan of the
+    candidate (and of an untrusted current best), with the scan's seconds. A denied
+    candidate's report holds the denials in ``errors`` (no sandbox may run then); a denied
+    current best raises :class:`UsageError`."""
     report = Report(ok=False, stage="scan", task=spec.name, candidate=req.candidate.info(),
                     current=req.current.info() if req.current is not None else None,
                     kgrader_version=__version__)
-    spec, report.shapes = draw_shapes(spec, req.shape_seed)  # generated tasks (grader.shapes)
     policy = req.policy if isinstance(req.policy, Policy) else load_policy(req.policy or spec.policy)
     t_scan = time.monotonic()
     scan = scan_source(req.candidate.text, policy, filename=req.candidate.name)
@@ -146,7 +146,7 @@ def evaluate(req: EvalRequest) -> Report:
         report.errors = [ReportError(stage="scan", code=f.rule, message=f.message, line=f.line,
                                      col=f.col, origin="candidate", detail={"snippet": f.snippet})
                          for f in denied]
-        return report
+        return report, scan_s
     report.warnings += [f"scan: {f.rule} at line {f.line}: {f.message}" for f in scan.findings]
     if req.current is not None and not req.current_trusted:
         cur_scan = scan_source(req.current.text, policy, filename=req.current.name)
@@ -154,6 +154,18 @@ def evaluate(req: EvalRequest) -> Report:
             raise UsageError(f"the current best {req.current.name} is denied by policy "
                              f"{policy.name}: "
                              f"{[f.rule for f in cur_scan.findings if f.severity == 'deny']}")
+    return report, scan_s
+
+
+def evaluate(req: EvalRequest) -> Report:
+    """Run one evaluation. Raises :class:`UsageError` / :class:`InfrastructureError` only."""
+    spec, limits = req.task, req.effective_limits()
+    spec = spec.model_copy(update={"limits": limits})
+    spec, shapes = draw_shapes(spec, req.shape_seed)  # generated tasks (grader.shapes)
+    report, scan_s = screen(req, spec)
+    report.shapes = shapes
+    if report.errors:
+        return report
     device = resolve_device(req.device)
     backend = select_backend(req.backend, device)
     report.stage = "sandbox"
@@ -166,8 +178,8 @@ def evaluate(req: EvalRequest) -> Report:
                    keep=req.keep) as run:
         report = collect(report, spec, backend, run.outcome, run.staged, limits)
         if report.sandbox is not None:
-            report.sandbox.phases = _phases(report.sandbox.phases, run.launched, time.time(),
-                                            scan_s)
+            report.sandbox.phases = frame_phases(report.sandbox.phases, run.launched,
+                                                 time.time(), scan_s)
         return report
 
 
@@ -193,7 +205,8 @@ def collect(report: Report, spec: TaskSpec, backend: SandboxBackend, outcome: Sa
     return build_report(report, spec, record, outcome)
 
 
-def _phases(judge: dict[str, float], launched: float, ended: float, scan_s: float) -> dict[str, float]:
+def frame_phases(judge: dict[str, float], launched: float, ended: float,
+                 scan_s: float) -> dict[str, float]:
     """The judge's phases framed by the host's clock: set-up before it, teardown after."""
     started, finished = judge.pop("_judge_started", 0.0), judge.pop("_judge_finished", 0.0)
     out = {"scan": round(scan_s, 4)}

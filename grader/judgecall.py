@@ -158,14 +158,16 @@ def stage(request: wire.JudgeRequest, files: Mapping[str, str], limits: Limits, 
 
 
 def launch(staged: Staged, backend: SandboxBackend, limits: Limits, device: wire.Device, *,
-           gpu_ids: tuple[str, ...] = (), gate: MeasureGate | None = None) -> JudgeRun:
-    """Run the judge once on a staged folder (``gate``: only if :func:`stage` was ``gated``)."""
+           gpu_ids: tuple[str, ...] = (), gate: MeasureGate | Turn | None = None) -> JudgeRun:
+    """Run the judge once on a staged folder (``gate``: only if :func:`stage` was ``gated``;
+    a :class:`Turn` of the caller's own, such as a warm sandbox's in :mod:`grader.pool`, is
+    used as it is)."""
     launched = time.time()
+    turn = gate if isinstance(gate, Turn) or gate is None else \
+        Turn(gate, staged.out_dir / wire.GATE_NAME)
     outcome = backend.run(SandboxSpec(in_dir=staged.in_dir, out_dir=staged.out_dir,
                                       argv=JUDGE_ARGV, limits=limits, device=device,
-                                      gpu_ids=gpu_ids, label=uuid.uuid4().hex[:12],
-                                      gate=None if gate is None else
-                                      Turn(gate, staged.out_dir / wire.GATE_NAME)))
+                                      gpu_ids=gpu_ids, label=uuid.uuid4().hex[:12], gate=turn))
     return JudgeRun(staged, outcome, launched)
 
 

@@ -202,6 +202,9 @@ class JudgeRequest:
     sanitize: SanitizeWire | None = None
     profile: ProfileWire | None = None
     gated: bool = False  # wait at GATE_NAME before touching the device
+    # A warm sandbox (grader.pool): the candidate is staged into /kg/in only when the host
+    # opens the gate; runners start ahead without their module and get it at the grant.
+    warm: bool = False
 
 
 # ---- judge -> host -------------------------------------------------------------------

@@ -143,7 +143,13 @@ def main() -> int:
             f"and triton for the interpreter kgrader runs with (README, 'On a GPU host'). {e}",
             {"module": e.name})))
         return 0
-    waited = 0.0
+    if req.warm:
+        if not req.gated:  # its sources arrive with the grant: without a gate there are none
+            write_result(key, _error_record(req.device, _infra(
+                "bad_request", "a warm request must be gated (grader.pool stages at the grant)")))
+            return 0
+        prestart.warm_up(req)  # stage modules imported, the processes started ahead quiet
+    waited, started = 0.0, _STARTED
     if req.gated:
         try:
             waited = wait_gate()
@@ -151,8 +157,10 @@ def main() -> int:
             write_result(key, _error_record(req.device, _infra(
                 "gate_failed", f"the judge could not wait for its turn at the device: {e}")))
             return 0
+        if req.warm:  # a warm judge's phases start at the grant: the wait was idle, not work
+            waited, started = 0.0, (time.time(), time.monotonic())
     try:
-        record = run_mode(req, _STARTED, waited)
+        record = run_mode(req, started, waited)
     except Exception as e:  # the judge's own bug: an infrastructure fault, never a pass
         record = _error_record(req.device, _infra("judge_error",
                                                   "".join(traceback.format_exception(e))))

@@ -13,13 +13,20 @@ CPUs and the memory for it (:data:`MIN_CPUS_AHEAD`, :data:`MIN_MEMORY_MIB_AHEAD`
 are started with the others, at the judge's start: three for the candidate, two for the
 current best. None starts later, so no
 import runs beside a measurement; a replicate's pair that is not needed is closed unused.
-Standard library only (it runs before torch is imported).
+A warm sandbox (``req.warm``, :mod:`grader.pool`) starts the same processes before any
+source is staged: its runners start without a module (``RunnerHandle(deferred=True)``),
+and :func:`take` copies each one's module in, at the grant, before its ``load``.
+:func:`warm_up` then imports the judge's stage modules and waits until every process
+started ahead has gone quiet, so that a sandbox that reaches its gate is warm.
+Standard library only at import (it runs before torch is imported).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import time
 
 from sandbox.contract.wire import JudgeRequest
 from sandbox.launcher.proc import RunnerFailure, RunnerHandle
@@ -30,9 +37,17 @@ MIN_CPUS_AHEAD = 4
 # sandbox's memory limit with room for the evaluation itself.
 MIN_MEMORY_MIB_AHEAD = 4096
 
+# The judge's modules a warm sandbox imports before its gate (sandbox.judge.run imports
+# them when an evaluation starts).
+STAGE_MODULES = ("sandbox.judge.evaluation", "sandbox.judge.correctness",
+                 "sandbox.judge.benchmark", "sandbox.judge.acceptance")
+QUIET_S = 0.2  # how long every other process must sleep, burning no CPU, to count as settled
+POLL_S = 0.05
+
 _ready: dict[str, list[RunnerHandle]] = {}
 _device = "cpu"
 _entry = "launch"
+_deferred = False
 
 
 def usable_cpus() -> float:
@@ -48,18 +63,20 @@ def usable_cpus() -> float:
 
 def _spawn(path: str) -> None:
     with contextlib.suppress(RunnerFailure, OSError):
-        _ready.setdefault(path, []).append(RunnerHandle(path, _entry, _device))
+        _ready.setdefault(path, []).append(RunnerHandle(path, _entry, _device,
+                                                        deferred=_deferred))
 
 
 def start(req: JudgeRequest) -> None:
     """Start the runners of a plain evaluation; a failure here only means no head start."""
-    global _device, _entry
+    global _device, _entry, _deferred
     if req.task is not None and req.mode != "measure_peak":  # the task's problem process
         problem_handle.start_ahead("cuda" if req.device == "cuda" else "cpu",
                                    req.limits.compile_s, req.limits.run_s)
     if req.mode != "evaluate" or req.task is None or req.sanitize is not None:
         return
     _device, _entry = ("cuda" if req.device == "cuda" else "cpu"), req.task.entrypoint
+    _deferred = req.warm  # nothing is staged yet: each module is copied in by take()
     memory = req.limits.memory_mib
     ahead = (_device == "cuda" and bool(req.current) and usable_cpus() >= MIN_CPUS_AHEAD
              and (memory is None or memory >= MIN_MEMORY_MIB_AHEAD))
@@ -71,9 +88,59 @@ def start(req: JudgeRequest) -> None:
 
 
 def take(path: str) -> RunnerHandle | None:
-    """A runner started ahead for ``path``, once; None when there is none."""
+    """A runner started ahead for ``path``, once, with its module installed; None when
+    there is none. Raises RunnerFailure when a deferred module cannot be installed."""
     ready = _ready.get(path) or []
-    return ready.pop(0) if ready else None
+    if not ready:
+        return None
+    handle = ready.pop(0)
+    handle.install()
+    return handle
+
+
+def _cpu_states() -> dict[int, tuple[str, int]]:
+    """pid -> (state, CPU ticks of all its threads) of every other process in the sandbox."""
+    out: dict[int, tuple[str, int]] = {}
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            out[int(entry)] = (fields[0], int(fields[11]) + int(fields[12]))
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+    return out
+
+
+def settle(limit_s: float) -> float:
+    """Wait until every other process of the sandbox (the runners and the problem process
+    started ahead, whatever they started) has slept for :data:`QUIET_S` without using CPU:
+    their imports are done. Bounded by ``limit_s``; the seconds waited."""
+    t0 = quiet = time.monotonic()
+    last = _cpu_states()
+    while time.monotonic() - t0 < limit_s:
+        time.sleep(POLL_S)
+        now, states = time.monotonic(), _cpu_states()
+        if any(st not in ("S", "I", "Z") or last.get(pid, (st, ticks))[1] != ticks
+               for pid, (st, ticks) in states.items()):
+            quiet = now
+        last = states
+        if now - quiet >= QUIET_S:
+            break
+    return time.monotonic() - t0
+
+
+def warm_up(req: JudgeRequest) -> float:
+    """A warm sandbox's last steps before its gate: the judge's stage modules imported (so
+    torch, the problem code's host side and the checks are loaded), then :func:`settle`.
+    The seconds it took."""
+    t0 = time.monotonic()
+    for name in STAGE_MODULES:
+        importlib.import_module(name)
+    settle(req.limits.compile_s)
+    return time.monotonic() - t0
 
 
 def pending() -> dict[int, int]:

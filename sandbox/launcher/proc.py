@@ -135,13 +135,18 @@ class RunnerHandle:
     """
 
     def __init__(self, module_path: str, entry: str, device: str, pass_fds: tuple[int, ...] = (),
-                 prefix: tuple[str, ...] = ()):
+                 prefix: tuple[str, ...] = (), deferred: bool = False):
         # ``prefix`` wraps the runner's argv (ncu / compute-sanitizer, sandbox/tools/profiling.py);
         # the tool is then the process-group leader, so kill() still ends the whole tree.
+        # ``deferred``: the module is not staged yet (a warm sandbox, sandbox.judge.prestart);
+        # the runner starts without it and :meth:`install` copies it in before any ``load``.
+        self._staged: str | None = module_path if deferred else None
         try:
             self.identity = identity.new_runner_identity(module_path)
             # the runner imports a private copy: no runner may open another's source
-            self.module = identity.install_module(self.identity, module_path)
+            self.module = (os.path.join(self.identity.home, identity.MODULE_DIR,
+                                        os.path.basename(module_path)) if deferred
+                           else identity.install_module(self.identity, module_path))
             identity.prepare_fork()
         except (identity.IsolationUnavailable, OSError) as e:
             raise RunnerFailure(identity.ISOLATION_CODE, str(e)) from None
@@ -158,6 +163,23 @@ class RunnerHandle:
             raise RunnerFailure(identity.ISOLATION_CODE,
                                 f"cannot start the runner as uid {self.uid}: {e}") from None
         self.started = time.monotonic()
+
+    def install(self) -> None:
+        """Copy a deferred module into the runner's folder (once; a no-op otherwise), at the
+        path the runner was started with. RunnerFailure(``runner_isolation_unavailable``)
+        when it cannot be copied there: the runner is then closed."""
+        if self._staged is None:
+            return
+        path, self._staged = self._staged, None
+        try:
+            copy = identity.install_module(self.identity, path)
+        except (identity.IsolationUnavailable, OSError) as e:
+            self.close()
+            raise RunnerFailure(identity.ISOLATION_CODE, str(e)) from None
+        if copy != self.module:
+            self.close()
+            raise RunnerFailure(identity.ISOLATION_CODE,
+                                f"the module was copied to {copy}, not {self.module}")
 
     def send(self, msg: dict[str, Any], *, pickled: bool = False) -> None:
         try:

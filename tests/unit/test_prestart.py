@@ -20,12 +20,16 @@ CAND, CUR = "/kg/in/candidate.py", "/kg/in/current.py"
 class _Handle:
     started: ClassVar[list[str]] = []
 
-    def __init__(self, path: str, entry: str, device: str) -> None:
+    def __init__(self, path: str, entry: str, device: str, deferred: bool = False) -> None:
         self.path, self.device = path, device
         _Handle.started.append(path)
         self.proc: Any = type("P", (), {"pid": len(_Handle.started)})()
         self.uid = 1000 + len(_Handle.started)
         self.closed = False
+        self.installed = not deferred
+
+    def install(self) -> None:
+        self.installed = True
 
     def close(self) -> None:
         self.closed = True
@@ -75,6 +79,15 @@ def test_otherwise_one_runner_per_module(monkeypatch: pytest.MonkeyPatch, device
     assert sorted(_Handle.started) == sorted([CAND, *([current] if current else [])])
     assert prestart.take(CAND) is not None and prestart.take(CAND) is None
     assert len(_Handle.started) == (2 if current else 1)
+
+
+def test_a_warm_request_starts_runners_without_modules_and_installs_each_at_take() -> None:
+    prestart.start(_request("cpu", CUR, warm=True, gated=True))
+    assert sorted(_Handle.started) == sorted([CAND, CUR])
+    ready: list[Any] = [h for hs in prestart._ready.values() for h in hs]
+    assert ready and not any(h.installed for h in ready)  # nothing is staged yet
+    handle: Any = prestart.take(CAND)
+    assert handle is not None and handle.installed
 
 
 def test_sanitized_or_other_modes_start_nothing() -> None:
