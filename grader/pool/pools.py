@@ -6,7 +6,9 @@ sends a request to its template's pool; the first request of a template is grade
 while its pool starts, and so is any request its pool cannot serve in time (no sandbox
 ready: the cold path gives the same verdict, only slower). ``templates`` caps how many
 pools live at once (each holds ``size`` sandboxes with torch imported, ~1 GB each); the
-least recently used one is closed to make room.
+least recently used one is closed to make room. Without a ``gate``, each GPU set a request
+names (``gpu_ids``) gets a :class:`MeasureGate` of its own, shared by every template's pool
+on it, so no two of its sandboxes measure at once; CPU requests get none.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import structlog
 from grader.backends.gate import MeasureGate
 from grader.errors import InfrastructureError
 from grader.evaluate import EvalRequest, evaluate
+from grader.judgecall import resolve_device
 from grader.pool.pool import Pool
 from grader.pool.warm import template_key
 from grader.report.model import Report
@@ -37,6 +40,7 @@ class Pools:
         self.wait_s, self.idle_s, self.refill_while_busy = wait_s, idle_s, refill_while_busy
         self.cold = 0  # requests graded cold (a new template, or no sandbox in time)
         self._pools: OrderedDict[str, Pool | None] = OrderedDict()  # None: cannot pool
+        self._gates: dict[tuple[str, ...], MeasureGate] = {}
         self._lock = threading.Lock()
 
     def grade(self, req: EvalRequest) -> Report:
@@ -62,11 +66,17 @@ class Pools:
             if old is not None:
                 old.close()
         try:
-            self._pools[key] = Pool(req, self.size, gate=self.gate, idle_s=self.idle_s,
+            self._pools[key] = Pool(req, self.size, gate=self._gate(req), idle_s=self.idle_s,
                                     refill_while_busy=self.refill_while_busy)
         except Exception as e:  # a backend that cannot pool (docker): this template goes cold
             self._pools[key] = None
             log.warning("pool_unavailable", error=str(e)[:300])
+
+    def _gate(self, req: EvalRequest) -> MeasureGate | None:
+        if self.gate is not None or resolve_device(req.device) == "cpu":
+            return self.gate
+        ids = tuple(req.gpu_ids)
+        return self._gates.setdefault(ids, MeasureGate(f"gpu{','.join(ids) or '-default'}"))
 
     def close(self) -> None:
         with self._lock:
