@@ -51,6 +51,11 @@ def test_every_command_of_the_tree_takes_json() -> None:
     lacking = [name for name, cmd in commands.items()
                if not any(isinstance(p, click.Option) and "--json" in p.opts for p in cmd.params)]
     assert lacking == [], f"commands without --json: {lacking}"
+    # the error document finds the flag by this name (grader.cli.common.json_requested)
+    named = [name for name, cmd in commands.items()
+             if not any(isinstance(p, click.Option) and "--json" in p.opts and p.name == "as_json"
+                        for p in cmd.params)]
+    assert named == [], f"--json not stored as as_json: {named}"
 
 
 def test_root_has_documented_log_options() -> None:
@@ -232,3 +237,18 @@ def test_on_a_terminal_the_steps_are_one_live_line_that_goes_away() -> None:
     assert p.returncode == 0 and "run: sandbox backend=bwrap" in out, out
     assert "kgrader run: +" not in out  # no plain lines on a terminal
     assert "\x1b[2K" in out and out.rstrip().endswith("after")  # redrawn in place, then cleared
+
+
+@pytest.mark.parametrize("argv", [
+    ["leaderboard", "render", "{tmp}/missing.sqlite", "{tmp}/site"],
+    ["records", "show", "{tmp}/missing"],
+    ["experience", "stats", "--db", "{tmp}/missing.sqlite"],
+    ["tool", "bench_kernel", "--workspace", "{tmp}/no-workspace", "--args", "{{oops"],
+])
+def test_failures_of_other_commands_are_the_same_document(tmp_path: Path, argv: list[str]) -> None:
+    result = CliRunner().invoke(main, [a.format(tmp=tmp_path) for a in argv] + ["--json"])
+    assert result.exit_code == 2, result.output
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"ok", "error", "exit_code"} and doc["ok"] is False
+    assert set(doc["error"]) == {"code", "message", "hint", "origin"}
+    assert doc["error"]["origin"] == "usage" and result.stderr.startswith("error: ")
