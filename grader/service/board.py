@@ -20,7 +20,7 @@ from grader.leaderboard.job import classify
 from grader.leaderboard.render import SHAPES_META, render_site, shape_meta
 from grader.leaderboard.state import EvalRow, State, SubmissionRow
 from grader.report.model import Report
-from grader.service.store import Claimed, Store
+from grader.service.store import Store
 from grader.service.worker import ServiceTask
 
 _PLOT = re.compile(r"[a-z_]{1,40}\.png")
@@ -47,25 +47,47 @@ class Board:
             st.set_meta(SHAPES_META, shape_meta(t.payload for t in tasks.values()))
             st.set_meta("top_k", 0)
             st.set_meta("top", [])
+        self.sync()
 
-    def record(self, c: Claimed, task: ServiceTask, report: Report, verdict: str,
-               wall_s: float) -> None:
-        """Commit one finished leaderboard job (the worker's hook)."""
-        tok = self.store.token(c.job.token_id)
-        name = entry_name(tok.name if tok else c.job.token_id, c.job.label)
-        _, stage, code, message, speedup, src = classify(report)
-        row = EvalRow(submission=name, task=task.name, file_sha=c.job.source_sha, round="main",
+    def record(self, job_id: str) -> None:
+        """Commit one finished leaderboard job (the worker's hook, and :meth:`sync`)."""
+        job = self.store.job(job_id)
+        text = self.store.report_json(job_id)
+        if job is None or text is None or job.mode != "leaderboard" or job.state != "done":
+            return
+        report = Report.model_validate_json(text)  # the stored copy: seeds already redacted
+        tok = self.store.token(job.token_id)
+        name = entry_name(tok.name if tok else job.token_id, job.label)
+        verdict, stage, code, message, speedup, src = classify(report)
+        row = EvalRow(submission=name, task=job.task, file_sha=job.source_sha, round="main",
                       verdict=verdict, stage=stage, code=code, message=message[:2000],
                       speedup=speedup, speedup_source=src,
                       t_sub_ms=report.timing.median_ms if report.timing else None,
-                      report_json=self.store.report_json(c.job.id), wall_s=round(wall_s, 3),
-                      engine=f"service:{c.job.worker or ''}")
+                      report_json=text,
+                      wall_s=round((job.finished_at or 0.0) - (job.started_at or 0.0), 3),
+                      engine=f"service:{job.worker or ''}")
         with self._lock, State.open(self.state_path) as st:
             files = next((s.files for s in st.submissions() if s.name == name), {})
-            st.record_submission(SubmissionRow(name, c.job.source_sha, "valid", "ok", None,
-                                               {**files, task.name: c.job.source_sha}))
+            st.record_submission(SubmissionRow(name, job.source_sha, "valid", "ok", None,
+                                               {**files, job.task: job.source_sha}))
             st.record_evaluation(row, replace=True)
             self._dirty = True
+
+    def sync(self) -> int:
+        """Commit the finished leaderboard jobs the board lacks (a server killed between a
+        job's result and its board row); the store is the record, the board a view of it.
+        Returns how many were added."""
+        with State.open(self.state_path) as st:
+            have = {(k[0], k[1], k[2]) for k in st.done_keys()}
+        added = 0
+        for job in self.store.finished("leaderboard"):
+            tok = self.store.token(job.token_id)
+            key = (entry_name(tok.name if tok else job.token_id, job.label), job.task,
+                   job.source_sha)
+            if key not in have:
+                self.record(job.id)
+                added += 1
+        return added
 
     def read(self, name: str) -> bytes | None:
         """A page of the site (``index.html`` or a top-level plot), rendered again first

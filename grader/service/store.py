@@ -207,6 +207,12 @@ class Store:
                                     "ORDER BY seq DESC LIMIT ?", (*args, limit)).fetchall()
         return [JobRow(*r) for r in rows]
 
+    def finished(self, mode: str) -> list[JobRow]:
+        """The ``done`` jobs of ``mode``, oldest first."""
+        rows = self._conn().execute(f"SELECT {', '.join(_JOB_COLS)} FROM jobs WHERE mode = ? "
+                                    "AND state = 'done' ORDER BY seq", (mode,)).fetchall()
+        return [JobRow(*r) for r in rows]
+
     def report_json(self, job_id: str) -> str | None:
         r = self._conn().execute("SELECT report_json FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if r is None else r[0]
