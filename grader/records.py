@@ -68,6 +68,7 @@ from grader.durable import (
     write_fsynced,
 )
 from grader.errors import TaskError, UsageError
+from grader.experience.hooks import remember_records_folder
 from grader.report.model import Report
 
 __all__ = [
@@ -305,9 +306,7 @@ class Records:
         ``origin`` names who graded it (``kgrader run --records`` or an agent tool).
         """
         entry = self._finish(eval_dir, report, accepted)
-        # Imported after the commit point, so the import's time never delays the decision.
-        from grader.experience.hooks import remember_records_folder
-
+        # After the commit point: the store's time never delays the decision.
         remember_records_folder(Path(eval_dir), report, entry.accepted if entry else None,
                                 origin=origin)
         return entry

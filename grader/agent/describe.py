@@ -23,7 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 from grader.agent.workspace import Workspace
+from grader.backends.select import detect_device
 from grader.errors import KgraderError
+from grader.measure.floors import floor_ms
+from grader.measure.peaks import load_entries
 from grader.report.redact import facts_for, scrub_text, scrub_tree
 from grader.scan import load_policy
 from grader.scan.policy import Policy
@@ -102,8 +105,6 @@ def _device(ws: Workspace) -> str:
     if ws.config.device != "auto":
         return ws.config.device
     try:
-        from grader.backends.select import detect_device
-
         return str(detect_device())
     except Exception:  # only a label here; the evaluation resolves it again
         return "auto"
@@ -111,8 +112,6 @@ def _device(ws: Workspace) -> str:
 
 def _cached_peaks(ws: Workspace, device: str) -> tuple[dict[str, float] | None, str | None]:
     """The newest cached calibration for this device (no measurement: describe is cheap)."""
-    from grader.measure.peaks import load_entries
-
     try:
         entries = [e for e in load_entries(ws.hardware_path) if e.device == device]
     except Exception as e:  # an unreadable cache only means no calibrated floor
@@ -125,8 +124,6 @@ def _cached_peaks(ws: Workspace, device: str) -> tuple[dict[str, float] | None, 
 
 
 def _cost(ws: Workspace, spec: TaskSpec, device: str) -> dict[str, Any]:
-    from grader.measure.floors import floor_ms
-
     if spec.cost_model is None:
         return {"cost_model": None, "roofline_floor_ms": spec.roofline_floor_ms,
                 "floor_source": "task" if spec.roofline_floor_ms is not None else None,

@@ -32,6 +32,7 @@ from typing import Any
 
 from grader.agent.workspace import Workspace
 from grader.evaluate import EvalRequest, Source, evaluate
+from grader.experience.search import current_hardware_key
 from grader.records import sha256_text
 from grader.report.model import Report
 from grader.scan.policy import Policy
@@ -93,8 +94,6 @@ def _write(path: Any, data: dict[str, Any]) -> None:
 
 
 def _reference_key(ws: Workspace) -> str:
-    from grader.experience.search import current_hardware_key
-
     h = hashlib.sha256()
     for name in ("task.json", "reference.py"):
         h.update((ws.task_dir / name).read_bytes())

@@ -75,12 +75,15 @@ from grader.agent.workspace import (
     WorkspaceError,
     init_workspace,
 )
+from grader.diagnostics.run import diagnose
 from grader.errors import KgraderError
 from grader.evaluate import EvalRequest, Source, StageName, evaluate
 from grader.experience.hooks import remember_tool
 from grader.experience.search import (
     search_for_task,
 )
+from grader.measure.peaks import environment_mismatches, forget, get_peaks
+from grader.measure.profile import analyze, with_counters
 from grader.report.model import Report
 from grader.report.redact import (
     facts_for,
@@ -210,17 +213,11 @@ def describe_task(workspace: str | Path | Workspace) -> dict[str, Any]:
 
 
 def _calibration(ws: Workspace, refresh: bool = False) -> Any:
-    from grader.measure.peaks import get_peaks
-
     return get_peaks(ws.config.backend, ws.config.device, refresh=refresh,
                      quick=ws.config.quick_calibration, path=ws.hardware_path)
 
 
 def _profile_fields(ws: Workspace, report: Report, source: str) -> dict[str, Any]:
-    from grader.diagnostics.run import diagnose
-    from grader.measure.peaks import environment_mismatches, forget
-    from grader.measure.profile import analyze, with_counters
-
     warnings: list[str] = []
     peaks: dict[str, Any] | None = None
     calibration_error: str | None = None

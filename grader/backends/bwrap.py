@@ -20,6 +20,7 @@ Launch sequence, one step per line (isolate/nsjail style), each failing closed:
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -159,8 +160,6 @@ class BwrapBackend(SandboxBackend):
                 "the bwrap backend must start as root: it builds the namespaces and mounts "
                 "the capped scratch filesystems as root",
                 hint="run kgrader as root, or use --backend docker")
-        import importlib.util
-
         missing = [m for m in ("torch", "triton") if importlib.util.find_spec(m) is None]
         if missing:
             raise SandboxUnavailableError(

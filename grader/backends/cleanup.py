@@ -34,6 +34,7 @@ from typing import Any
 
 import structlog
 
+from grader.backends import cgroups as cg
 from grader.backends.owner import current_owner, owner_alive, owner_gone, owner_of
 
 # The owner tokens live in grader.backends.owner (a leaf the docker backend imports too);
@@ -199,8 +200,6 @@ def reclaim_orphans(
     folders_removed, folders_kept, errors = reclaim_folders(temp_dir, include_live=include_live)
     cg_removed: list[str] = []
     if cgroups:
-        from grader.backends import cgroups as cg
-
         cg_removed = cg.reclaim_stale(owner_alive, include_live=include_live)
     c_removed: list[str] = []
     c_kept: list[str] = []
@@ -242,8 +241,6 @@ def sweep_orphans(temp_dir: Path | None = None) -> CleanupReport:
     another user's or another host's item stays for ``kgrader sandbox cleanup``. Never
     raises.
     """
-    from grader.backends import cgroups as cg
-
     base = Path(temp_dir or tempfile.gettempdir())
     removed: list[str] = []
     errors: list[str] = []

@@ -19,6 +19,7 @@ from typing import Literal
 
 import structlog
 
+from grader.errors import UsageError
 from sandbox.contract import wire
 
 log = structlog.get_logger("kgrader.diagnostics")
@@ -99,6 +100,4 @@ def sanitize_request(requested: str | None, task_option: str) -> wire.SanitizeWi
     if tool in ("memcheck", "racecheck"):
         return wire.SanitizeWire(tool="memcheck" if tool == "memcheck" else "racecheck",
                                  path=tool_hint("compute-sanitizer"))
-    from grader.errors import UsageError
-
     raise UsageError(f"unknown sanitizer tool {tool!r} (memcheck, racecheck or none)")

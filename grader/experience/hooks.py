@@ -27,6 +27,7 @@ import structlog
 from grader.experience.extract import attempt_from_leaderboard, attempt_from_report
 from grader.experience.model import MAX_SOURCE_BYTES, Attempt, Origin
 from grader.experience.store import ExperienceStore, recording_enabled
+from grader.measure.peaks import _cpu_model
 from grader.report.model import Report
 from grader.task import TaskSpec
 
@@ -37,8 +38,6 @@ log = structlog.get_logger("kgrader.experience")
 
 def host_cpu_model() -> str | None:
     """This host's CPU model (the fingerprint's, from :mod:`grader.measure.peaks`)."""
-    from grader.measure.peaks import _cpu_model
-
     try:
         return _cpu_model() or None
     except Exception:  # a missing /proc is no reason to lose the record

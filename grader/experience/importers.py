@@ -27,6 +27,8 @@ from grader.experience.extract import (
 )
 from grader.experience.model import MAX_SOURCE_BYTES, ExperienceError, Origin
 from grader.experience.store import ExperienceStore
+from grader.leaderboard.render import SHAPES_META
+from grader.leaderboard.state import State
 from grader.records import EVALS, REPORT, TOOL_CALLS, read_trajectory
 from grader.report.redact import ShapeFacts
 
@@ -101,9 +103,6 @@ def import_records(store: ExperienceStore, root: Path) -> ImportSummary:
 
 def import_leaderboard_state(store: ExperienceStore, path: Path) -> ImportSummary:
     """Import every finished submission evaluation of a leaderboard state file."""
-    from grader.leaderboard.render import SHAPES_META
-    from grader.leaderboard.state import State
-
     summary = ImportSummary(str(path), "leaderboard")
     with State.open(path, create=False) as state:
         rows = state.evaluations()

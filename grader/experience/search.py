@@ -17,12 +17,15 @@ import platform
 from dataclasses import replace
 from typing import Any
 
+from grader.backends.select import detect_device
 from grader.errors import UsageError
 from grader.experience.extract import hardware_key
+from grader.experience.hooks import host_cpu_model
 from grader.experience.lessons import lesson
 from grader.experience.model import ExperienceError
 from grader.experience.query import Query, parse_dim
 from grader.experience.store import ExperienceStore, Hit, default_path
+from grader.measure.peaks import _nvidia_gpus
 from grader.task import TaskSpec
 
 __all__ = ["SEARCH_DESCRIPTION", "SEARCH_SCHEMA", "check_search_args", "current_hardware_key",
@@ -92,16 +95,10 @@ def check_search_args(args: dict[str, Any]) -> Query:
 
 def current_hardware_key(backend: str, device: str) -> str | None:
     """The hardware key of the device this workspace grades on (None when unknown)."""
-    from grader.experience.hooks import host_cpu_model
-
     try:
-        from grader.backends.select import detect_device
-
         kind = detect_device() if device == "auto" else device
         if kind == "cpu":
             return hardware_key("cpu", platform.processor() or platform.machine(), host_cpu_model())
-        from grader.measure.peaks import _nvidia_gpus
-
         gpus = _nvidia_gpus() if kind == "cuda" else []
         name = gpus[0].split(",")[0].strip() if gpus else None
         return hardware_key(kind, name, None) if name else None

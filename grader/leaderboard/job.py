@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grader.errors import InfrastructureError, KgraderError
+from grader.evaluate import EvalRequest, Source, evaluate
 from grader.leaderboard.integrity import violation
 from grader.leaderboard.seeds import TaskPayload
 from grader.leaderboard.state import EvalRow
 from grader.report.model import Report
+from grader.scan import check_source
 from grader.scan.policy import Policy
 from grader.task import TaskSpec
 
@@ -75,9 +77,6 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local",
             gate: MeasureGate | None = None) -> JobOutcome:
     """Evaluate one job; never raises (a kgrader or machine fault becomes ``infra_error``).
     ``gate``: the GPU's measurement gate when evaluations prepare ahead (engine.py)."""
-    from grader.evaluate import EvalRequest, Source, evaluate
-    from grader.scan import check_source
-
     t0 = time.monotonic()
     try:
         spec = TaskSpec.model_validate_json(job.task.task_json)

@@ -24,6 +24,7 @@ import structlog
 
 from grader.backends.cleanup import sweep_orphans
 from grader.errors import UsageError
+from grader.experience.hooks import remember_leaderboard
 from grader.leaderboard.aggregate import INFRA_META, infra_key, select_top
 from grader.leaderboard.engine import Engine, LocalEngine, RayEngine
 from grader.leaderboard.job import Job, JobOutcome, redact_seeds
@@ -160,8 +161,6 @@ class Batch:
                     code=r.code, message=r.message, report_json=r.report_json))
             self.state.record_evaluation(out.row, replace=job.round == "reference")
             # The experience store keeps every finished job too (never raises).
-            from grader.experience.hooks import remember_leaderboard
-
             remember_leaderboard(job, out.row, local=self.engine.name == "local")
             self.summary.evaluated += 1
             log.info("evaluation_committed", submission=job.submission, task=job.task.name,

@@ -53,6 +53,7 @@ import filelock
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from grader.backends.select import detect_device, select_backend
 from grader.errors import InfrastructureError, UsageError
 from grader.judgecall import mode_request, run_judge_mode
 from grader.limits import Limits
@@ -114,8 +115,6 @@ def default_path() -> Path:
 
 def resolve_target(backend: str, device: str) -> tuple[str, str]:
     """Resolve ``auto`` for device and backend the way :func:`grader.evaluate.evaluate` does."""
-    from grader.backends.select import detect_device, select_backend
-
     dev = detect_device() if device == "auto" else device
     if dev not in ("cpu", "cuda", "rocm"):
         raise UsageError(f"unknown device {device!r} (auto, cpu, cuda, rocm)")

@@ -24,6 +24,7 @@ import structlog
 from docker.models.containers import Container
 
 from grader.backends.docker.config import LABEL, LABEL_OWNER
+from grader.backends.docker.prereqs import client
 from grader.backends.owner import owner_alive, owner_gone
 
 log = structlog.get_logger("kgrader.docker")
@@ -65,8 +66,6 @@ def _remove_live_containers() -> None:
         ids = list(_live)
     if not ids:
         return
-    from grader.backends.docker.prereqs import client
-
     with contextlib.suppress(Exception):
         c = client()
         for cid in ids:
