@@ -272,7 +272,8 @@ def import_problem(folder: Path, *, policy: str = "default",
         "correctness": {"seeds": DEFAULT_SEEDS, "atol": atol, "rtol": rtol},
         "policy": policy,
         "acceptance": dict(IMPORTED_ACCEPTANCE),
-        "limits": {"compile_s": 600.0},  # a load_inline build (see kernelbench.IMPORTED_LIMITS)
+        "limits": {"compile_s": 600.0, "memory_mib": 16384},  # a load_inline build (see
+        # kernelbench.IMPORTED_LIMITS)
     }
     spec = validate(merge(spec_raw, overrides), yml)
     notes = [f"{len(tune)} tests -> tune shapes; "

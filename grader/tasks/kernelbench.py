@@ -40,7 +40,10 @@ ATOL = RTOL = 1e-4
 BY_DTYPE = {"float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2)}
 # load_inline's first build compiles torch's extension headers (1-3 minutes on an H200 for
 # one .cu and one .cpp): KernelBench's most common submission must not fail compile_timeout.
-IMPORTED_LIMITS = {"compile_s": 600.0}
+# Memory: on CUDA the judge, the problem process and the runner each map ~0.7 GB, and the
+# build's cc1plus (1.2 GB) and cudafe++ (1.8 GB) run side by side; under the default 4 GiB the
+# cgroup reclaimed their pages for minutes (one .cpp still compiling after 175 s on an H200).
+IMPORTED_LIMITS = {"compile_s": 600.0, "memory_mib": 16384}
 
 
 def is_problem(tree: ast.Module) -> bool:
