@@ -6,7 +6,8 @@ Definitions (each statistic carries its label on the page):
   the same sandbox run, interleaved (see :mod:`grader.leaderboard.job`);
 * a task is **solved** when its verdict is ``ok`` with a measured speed-up. Failed,
   anomalous (faster than the roofline floor: never a record) and not-entered tasks are
-  unsolved;
+  unsolved, and so is a correct one whose pair speed-up rests on a paired median at the
+  CPU judge clock's floor (:func:`at_clock_floor`: a ratio of noise, never published);
 * ``geomean``: geometric mean (log space) over *solved tasks only*; ``n`` says how many;
   unsolved tasks are excluded (they have no time), which is why it is never shown alone;
 * ``median``: median over *all* tasks, unsolved = 0;
@@ -45,6 +46,9 @@ from sandbox.contract.rules import sign_test_rank
 
 FAST_PS = (0.0, 1.0, 1.5, 2.0)
 CI_SEED = 0
+# The CPU judge times a call as its round trip less an empty call's, floored at this
+# (sandbox.judge.benchmark): a paired median there is "too short to tell", not a time.
+CLOCK_FLOOR_MS = 1e-6
 # The state's meta key of the evaluations an infrastructure error kept from being
 # committed: {"<submission>\0<task>\0<round>": "<reason>"} (written by the runner).
 INFRA_META = "infra_errors"
@@ -58,12 +62,14 @@ def infra_key(submission: str, task: str, rnd: str) -> str:
 @dataclass(frozen=True)
 class Interval:
     """A median with its 95% interval (``low``/``high`` None when ``n`` is too small:
-    with fewer than 6 samples no order statistic bounds the median at that level)."""
+    with fewer than 6 samples no order statistic bounds the median at that level, or
+    when the samples were not kept: ``note`` then says why)."""
 
     value: float
     low: float | None
     high: float | None
     n: int
+    note: str = ""
 
 
 def median_ci(samples: Sequence[float], confidence: float = 0.95) -> Interval | None:
@@ -101,7 +107,24 @@ def row_times(report_json: str | None) -> tuple[Interval | None, Interval | None
         return None, None
     if not isinstance(rep, dict):
         return None, None
-    return _side_time(rep.get("timing")), _side_time(rep.get("timing_current"))
+    return _side_time(rep.get("timing")), (_side_time(rep.get("timing_current"))
+                                           or _paired_reference(rep.get("acceptance")))
+
+
+def _paired_reference(acc: Any) -> Interval | None:
+    """The reference's median over the interleaved pairs (the seed rule's numbers) when
+    the reference was not timed on its own (a leaderboard evaluation): the pairs' samples
+    are not kept in the report, so no interval."""
+    rules = acc.get("rules") if isinstance(acc, dict) else None
+    for r in rules if isinstance(rules, list) else ():
+        nums = r.get("numbers") if isinstance(r, dict) and r.get("rule") == "seed" else None
+        v = nums.get("median_current_ms") if isinstance(nums, dict) else None
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            n = nums.get("pairs") if isinstance(nums, dict) else None
+            n = n if isinstance(n, int) else 0
+            return Interval(float(v), None, None, n,
+                            f"median of {n} interleaved pairs; their samples are not kept")
+    return None
 
 
 @dataclass(frozen=True)
@@ -183,8 +206,33 @@ def figures_for(rows: Sequence[EvalRow], submission: str, files: Mapping[str, st
             return None
         else:
             sub_t, ref_t = row_times(r.report_json)
-            out[t] = TaskFigure(t, r.verdict, r.speedup, r.code, r.message, rnd, sub_t, ref_t)
+            floor = at_clock_floor(r) if r.verdict == "ok" else None
+            if floor is not None:  # correct, but no speed-up to publish (unsolved)
+                out[t] = TaskFigure(t, r.verdict, None, "speedup_unmeasured", floor, rnd,
+                                    sub_t, ref_t)
+            else:
+                out[t] = TaskFigure(t, r.verdict, r.speedup, r.code, r.message, rnd, sub_t, ref_t)
     return out
+
+
+def at_clock_floor(r: EvalRow) -> str | None:
+    """Why ``r``'s pair speed-up is no measurement, or None: a side's paired median at the
+    CPU judge clock's floor (:data:`CLOCK_FLOOR_MS`) makes the ratio a made-up number."""
+    if r.speedup_source != "pairs" or not r.report_json:
+        return None
+    try:
+        acc = json.loads(r.report_json).get("acceptance")
+    except (ValueError, AttributeError):
+        return None
+    rules = acc.get("rules") if isinstance(acc, dict) else None
+    for rule in rules if isinstance(rules, list) else ():
+        nums = rule.get("numbers") if isinstance(rule, dict) and rule.get("rule") == "seed" else None
+        for side, key in (("reference", "median_current_ms"), ("submission", "median_candidate_ms")):
+            v = nums.get(key) if isinstance(nums, dict) else None
+            if isinstance(v, int | float) and 0 <= v <= 2 * CLOCK_FLOOR_MS:
+                return (f"correct; the {side}'s paired median is at the judge clock's floor "
+                        f"({CLOCK_FLOOR_MS} ms), so the speed-up is not measured")
+    return None
 
 
 def _ci(values: list[float], stat: Callable[[Sequence[float]], float]) -> tuple[float, float]:

@@ -51,7 +51,8 @@ def time_cell(iv: Interval | None) -> str:
     if iv is None:
         return "<td>—</td>"
     if iv.low is None or iv.high is None:
-        return f"<td>{num(iv.value, 4)} ms{ci(f'n={iv.n}: too few samples for an interval')}</td>"
+        why = iv.note or f"n={iv.n}: too few samples for an interval"
+        return f"<td>{num(iv.value, 4)} ms{ci(why)}</td>"
     return f"<td>{num(iv.value, 4)} ms{ci(f'[{num(iv.low, 4)}, {num(iv.high, 4)}] n={iv.n}')}</td>"
 
 

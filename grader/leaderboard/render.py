@@ -35,6 +35,7 @@ from grader.leaderboard.aggregate import (
     Board,
     Entry,
     Pending,
+    at_clock_floor,
     board,
     row_times,
 )
@@ -320,9 +321,11 @@ def _eval_page(r: EvalRow, private: bool = False) -> str:
         rep, pretty = None, r.report_json or ""
     rep = rep if isinstance(rep, dict) else None
     sub_t, ref_t = row_times(r.report_json)
+    floor = at_clock_floor(r)
     facts = [("submission", r.submission), ("task", r.task), ("round", r.round),
              ("verdict", VERDICTS.get(r.verdict, r.verdict)), ("stage", r.stage or ""),
-             ("code", r.code or ""), ("speed-up", num(r.speedup, 5)),
+             ("code", r.code or ""),
+             ("speed-up", num(r.speedup, 5) if floor is None else f"not measured: {floor}"),
              ("speed-up from", r.speedup_source or ""), ("file sha256", r.file_sha),
              ("engine", r.engine), ("wall s", str(r.wall_s)), ("finished", r.finished_at),
              ("message", r.message)]

@@ -134,3 +134,22 @@ def test_row_times_read_both_sides_of_the_report() -> None:
     assert sub.low is not None and sub.high is not None and sub.low <= 2.15 <= sub.high
     assert ref is not None and ref.value == 3.0 and ref.low is None and ref.n == 4
     assert row_times(None) == (None, None) and row_times("not json") == (None, None)
+    # A leaderboard evaluation times the reference only in the pairs: the seed rule's median.
+    paired = {"timing": rep["timing"], "acceptance": {"rules": [
+        {"rule": "controlled", "numbers": {"pairs": 25}},
+        {"rule": "seed", "numbers": {"pairs": 25, "median_current_ms": 0.2}}]}}
+    _, ref = row_times(json.dumps(paired))
+    assert ref is not None and ref.value == 0.2 and ref.n == 25 and ref.low is None
+    assert "25 interleaved pairs" in ref.note
+
+
+def test_a_pair_speedup_at_the_cpu_clock_floor_is_unmeasured_not_published() -> None:
+    """A reference timed at the judge clock's 1e-6 ms floor once gave a 6.7e-9 speed-up."""
+    rep = {"acceptance": {"rules": [{"rule": "seed", "numbers": {
+        "pairs": 25, "median_current_ms": 1e-06, "median_candidate_ms": 207.2}}]}}
+    r = row("a", "t", "main", "ok", 6.7e-9)
+    r = EvalRow(**{**r.__dict__, "report_json": json.dumps(rep)})
+    b = board([r], {"a": {"t": SHA}}, ["t"], [])
+    f = b.unranked[0].figures["t"]
+    assert f.correct and not f.solved and f.speedup is None and f.code == "speedup_unmeasured"
+    assert "clock's floor" in f.message and b.unranked[0].stats["geomean"].value is None
