@@ -10,10 +10,12 @@ function the host decides with) accepts the deciding run; the host owns the deci
 
 from __future__ import annotations
 
+import time
+
 from sandbox.contract import rules, stats
 from sandbox.contract.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
 from sandbox.judge import gpu_idle
-from sandbox.judge.benchmark import SideClock, warm_up
+from sandbox.judge.benchmark import ESCAPE_MIN_CALLS, ESCAPE_MIN_CALLS_CPU, SideClock, warm_up
 from sandbox.judge.evaluation import Evaluation
 from sandbox.judge.failure import StageFailure
 from sandbox.judge.gpu_idle import IdleProbe
@@ -41,7 +43,11 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
         if sequential else None
     probe = gpu_idle.probe() if ev.dev == "cuda" else None
     last: Side | None = None
+    started = time.monotonic()
     for i in range(n_max):
+        if seq is not None and i in seq.looks and seq.decision() == "continue" \
+                and stop_at_look(ev, seq, i, n_max, k, started):
+            break
         order = (cand, cur) if i % 2 == 0 else (cur, cand)
         swap = (i // 2) % 2  # every other pair of pairs, the sides trade buffers
         for _ in range(k):
@@ -79,6 +85,33 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
     base = stats.median(clocks[id(cur)].noop_judge + clocks[id(cand)].noop_judge)
     return PairsRecord(t_cur=tuple(per_pair(clocks[id(cur)].samples(base), k)),
                        t_cand=tuple(per_pair(clocks[id(cand)].samples(base), k)))
+
+
+# Margin on the mean pair time so far when the judge asks whether the next look still fits.
+LOOK_TIME_MARGIN = 1.25
+
+
+def stop_at_look(ev: Evaluation, seq: rules.SequentialSignTest, i: int, n_max: int, k: int,
+                 started: float) -> bool:
+    """Whether the deciding run stops at the planned look it just took (``i`` pairs, the
+    test said "continue") because the pairs up to the next look would not fit in what is
+    left of the stage's ``run_s``: a loaded machine gives a verdict on fewer pairs, never a
+    timeout of an honest kernel. Stopping at a look already taken adds no chance to accept
+    (its accept test failed on these very pairs; ``finish`` then rejects), so the
+    controlled rule's error bound is unchanged whoever made the pairs slow. The estimate is
+    the mean pair so far, with :data:`LOOK_TIME_MARGIN`, plus the escape check's top-up."""
+    nxt = min([n for n in seq.looks if n > i] + [n_max])
+    least = ESCAPE_MIN_CALLS if ev.dev == "cuda" else ESCAPE_MIN_CALLS_CPU
+    pair_s = (time.monotonic() - started) / i
+    need = pair_s * LOOK_TIME_MARGIN * (nxt - i + max(0, least - nxt * k) / k)
+    left = ev.left(ev.run_deadline)
+    if left >= need:
+        return False
+    ev.warnings.append(f"accept: the deciding run stopped at its look of {i} pairs (up to {n_max} "
+                       f"planned): the {nxt - i} pairs to the next look would need ~{need:.0f} s, "
+                       f"{left:.0f} s of the stage's run_s were left (a pair took {pair_s:.2f} s "
+                       "on average); not accepted at that look, so not accepted")
+    return True
 
 
 def check_idle(probe: IdleProbe, last: Side, cur: Side) -> None:
