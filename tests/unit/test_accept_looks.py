@@ -1,0 +1,91 @@
+"""A deciding run that cannot reach its next look within the stage's run_s stops at the look
+it just took (sandbox.judge.acceptance.stop_at_look): a verdict on fewer pairs, never a
+timeout of an honest kernel on a loaded machine, and never a chance to accept that the
+planned looks did not give."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sandbox.contract import rules
+from sandbox.contract.wire import AcceptanceWire
+from sandbox.judge import acceptance
+from sandbox.judge.acceptance import measure_pairs
+
+LOOKS = (25, 50, 100, 200)
+
+
+def _ev(left_s: float, t_cand: float, t_cur: float, noise: float = 0.0) -> Any:
+    rng = random.Random(1)
+
+    def timed(side: Any, slots: Any, check: bool, stage: str, inputs: Any = None,
+              buf: int = 0) -> dict[str, Any]:
+        t = (t_cand if side.path == "cand" else t_cur) * (1 + noise * rng.uniform(-1, 1))
+        return {"ms": t, "judge_ms": t + 1.0, "tail_ms": 0.0, "threads": 1, "host_ms": (0.0, 0.0)}
+
+    acc = AcceptanceWire(rule="controlled", min_improvement_fraction=0.01, min_pairs=5,
+                         min_positive_fraction=0.6, pairs=6, alpha=0.05, looks=LOOKS)
+    return SimpleNamespace(
+        task=SimpleNamespace(acceptance=acc, correctness=SimpleNamespace(timed_check_fraction=1.0)),
+        slots=lambda: [], inputs=lambda slots: {}, rng=random.Random(0), timed=timed, dev="cpu",
+        noop=lambda side, stage: (1.0, 0.0, 0.0, (0.0, 0.0)), run_deadline=0.0,
+        left=lambda deadline: left_s, warnings=[])
+
+
+def _pairs(ev: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setattr(acceptance, "scrub", lambda ev, side, slots, buf: None)
+    cand: Any = SimpleNamespace(path="cand", bases=[None])
+    cur: Any = SimpleNamespace(path="cur", bases=[None])
+    return measure_pairs(ev, cand, cur, max(LOOKS), True)
+
+
+def _accepts(ev: Any, rec: Any) -> bool:
+    return acceptance.accepts(ev.task.acceptance, rec)
+
+
+def test_out_of_time_the_run_stops_at_the_first_look_with_a_warning(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ev = _ev(left_s=0.0, t_cand=1.0, t_cur=1.0, noise=0.2)  # A/A: the test continues at 25
+    rec = _pairs(ev, monkeypatch)
+    assert len(rec.t_cand) == 25 and not _accepts(ev, rec)
+    assert len(ev.warnings) == 1 and "stopped at its look of 25 pairs" in ev.warnings[0]
+
+
+def test_with_time_left_the_run_goes_on_to_its_planned_looks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ev = _ev(left_s=1e9, t_cand=1.0, t_cur=1.0, noise=0.2)
+    rec = _pairs(ev, monkeypatch)
+    assert len(rec.t_cand) > 25 and ev.warnings == []
+
+
+def test_a_clear_improvement_is_still_accepted_at_the_look_that_decides(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ev = _ev(left_s=0.0, t_cand=0.5, t_cur=1.0, noise=0.05)  # decided at 25: nothing stops
+    rec = _pairs(ev, monkeypatch)
+    assert len(rec.t_cand) == 25 and _accepts(ev, rec) and ev.warnings == []
+
+
+def test_stopping_at_a_look_never_accepts_what_that_look_did_not() -> None:
+    """The host's decision on the pairs up to a look the test continued at is a rejection:
+    the early stop gives no extra chance to accept, whatever made the pairs slow."""
+    checked = 0
+    for seed in range(300):
+        rng = random.Random(seed)
+        gain = rng.choice([0.0, 0.01, 0.03, 0.1])
+        t_cur = [1.0 + 0.3 * rng.random() for _ in range(max(LOOKS))]
+        t_cand = [t * (1 - gain) * (1 + 0.3 * rng.uniform(-1, 1)) for t in t_cur]
+        seq = rules.SequentialSignTest(delta=0.01, alpha=0.05, looks=LOOKS)
+        for n, (c, d) in enumerate(zip(t_cur, t_cand, strict=True), start=1):
+            seq.add(c, d)
+            if n in LOOKS and seq.decision() == "continue":
+                checked += 1
+                assert not rules.rule_accepts(t_cur[:n], t_cand[:n], rule="controlled",
+                                              min_pairs=5, min_improvement_fraction=0.01,
+                                              min_positive_fraction=0.6, alpha=0.05, looks=LOOKS)
+            if seq.decision() != "continue":
+                break
+    assert checked > 100  # the continuing looks were exercised
