@@ -35,6 +35,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+PMPP = ("histogram", "prefixsum", "vectoradd_out")  # GPU MODE replicas solved in torch
 EXAMPLE_TASKS = ("vector_add_small", "softmax", "matmul")  # vector_add is GPU-sized
 RUNTIME_ONLY = "tests/policies/runtime-only.toml"
 ATTACK_LIMITS = ("--compile-s", "60", "--run-s", "20", "--memory-mib", "1536")
@@ -111,16 +113,25 @@ def kgrader(tree: Path, *args: str | Path, timeout: float) -> subprocess.Complet
 
 
 def import_field(tree: Path, work: Path, timing: tuple[int, int, int] | None) -> None:
+    """As tests/e2e/test_field_tasks.py and test_gpumode_semantics.py import them: the GPU
+    MODE problems with ``--policy triton-only``, except the PMPP replicas, whose correct
+    solutions are torch code (the importer's default policy)."""
     field_dir = tree / "examples" / "field"
-    for fmt, src, out, extra in (("kernelbench", field_dir / "kernelbench" / "problems", "kb", ()),
-                                 ("gpumode", field_dir / "gpumode", "gm", ("--policy", "triton-only"))):
-        p = kgrader(tree, "task", "import", fmt, src, "--out", work / out, *extra,
+    gm = field_dir / "gpumode"
+    imports: list[tuple[str, Path, tuple[str, ...]]] = [
+        ("kernelbench", field_dir / "kernelbench" / "problems", ())]
+    imports += [("gpumode", d, () if d.name in PMPP else ("--policy", "triton-only"))
+                for d in sorted(gm.iterdir()) if (d / "task.yml").is_file()]
+    for fmt, src, extra in imports:
+        out = work / ("kb" if fmt == "kernelbench" else "gm")
+        p = kgrader(tree, "task", "import", fmt, src, "--out", out, *extra,
                     "--backend", "bwrap", "--device", "cpu", timeout=1800)
         if p.returncode != 0:
-            sys.exit(f"task import {fmt} failed (rc {p.returncode}): {p.stderr[-2000:]}")
-        if timing is None:
-            continue
-        for spec_path in (work / out).glob("*/task.json"):
+            sys.exit(f"task import {fmt} {src.name} failed (rc {p.returncode}): {p.stderr[-2000:]}")
+    if timing is None:
+        return
+    for out in (work / "kb", work / "gm"):
+        for spec_path in out.glob("*/task.json"):
             spec = json.loads(spec_path.read_text())
             spec["benchmark"] = dict(zip(("warmup", "samples", "reps"), timing, strict=True))
             spec_path.write_text(json.dumps(spec, indent=1))
@@ -313,7 +324,10 @@ def main() -> None:
     out = a.out or REPO / "bench" / "results" / f"load-{day}.jsonl"
     if a.docker_every and shutil.which("docker") is None:
         sys.exit("docker is not installed: pass --docker-every 0")
-    with tempfile.TemporaryDirectory(prefix="kgrader-load-") as tmp:
+    # SIGTERM unwinds like Ctrl-C: the temporary tree goes (each ``kgrader run`` cleans up
+    # after its own SIGINT/SIGTERM, which the process group delivers).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with tempfile.TemporaryDirectory(prefix="kgrader-loadbench-") as tmp:
         work = Path(tmp)
         tree, commit = REPO, "working tree"
         if a.snapshot:
