@@ -10,22 +10,20 @@ balanced one drew a green PASS line under the real FAIL.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
+from .conftest import kgrader
 from .test_leaderboard_run import kgrader as leaderboard
 from .test_leaderboard_run import submissions, tiny_task, verdicts
-from .test_run_cli import kgrader
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "vector_add_small"
 RUNTIME = ROOT / "tests" / "attacks" / "runtime"
 RUNTIME_ONLY = ROOT / "tests" / "policies" / "runtime-only.toml"
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
+pytestmark = pytest.mark.bwrap
 
 # attack -> (code, text its rendered message must show literally)
 CASES = {

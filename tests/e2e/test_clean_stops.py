@@ -37,8 +37,7 @@ EXAMPLE = ROOT / "examples" / "vector_add_small"
 RUNTIME_ONLY = ROOT / "tests" / "policies" / "runtime-only.toml"
 SLEEPY = "import time\ntime.sleep(600)\n\n\ndef launch(x, y, out):\n    out.copy_(x + y)\n"
 
-pytestmark = [pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")]
+pytestmark = pytest.mark.bwrap
 
 
 def _env(tmpdir: Path) -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "vector_add_small"
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
+pytestmark = pytest.mark.bwrap
 
 
 def test_piped_run_prints_a_line_per_step_and_auto_is_bubblewrap() -> None:

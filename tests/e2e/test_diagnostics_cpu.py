@@ -8,7 +8,6 @@ fails), and ``--sanitize`` is a warning with the reason, never a failure.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,20 +15,18 @@ from typing import Any
 
 import pytest
 
+from .conftest import SANDBOX, kgrader_json
+
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "vector_add_small"
 GOOD = SMALL / "candidates" / "good.py"
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
+pytestmark = pytest.mark.bwrap
 
 
 def kgrader(*args: str | Path) -> tuple[int, dict[str, Any], str]:
-    p = subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args), "--backend", "bwrap",
-                        "--device", "cpu", "--json"], capture_output=True, text=True, timeout=600,
-                       cwd=ROOT)
-    assert "Traceback" not in p.stderr, p.stderr
-    return p.returncode, json.loads(p.stdout), p.stderr
+    """``kgrader ARGS`` in the bwrap sandbox on the CPU, as JSON."""
+    return kgrader_json(*args, *SANDBOX, timeout=600)
 
 
 def test_profile_on_the_cpu_returns_nulls_with_reasons_and_exit_0() -> None:

@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +18,13 @@ import pytest
 
 from grader.experience.hooks import host_cpu_model
 
+from .conftest import kgrader
+
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "softmax"
 CANDS = SOFTMAX / "candidates"
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
+pytestmark = pytest.mark.bwrap
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,6 @@ class Graded:
     db: Path
     records: Path
     env: dict[str, str]
-
-
-def kgrader(*args: str | Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
 def ok_json(*args: str | Path, env: dict[str, str]) -> Any:

@@ -7,25 +7,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .conftest import SANDBOX, kgrader
+
 ROOT = Path(__file__).resolve().parents[2]
 FIELD = ROOT / "examples" / "field"
 KB, GM = FIELD / "kernelbench", FIELD / "gpumode"
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
-SANDBOX = ("--backend", "bwrap", "--device", "cpu")
-
-
-def kgrader(*args: str | Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+pytestmark = pytest.mark.bwrap
 
 
 def quick(folder: Path) -> None:

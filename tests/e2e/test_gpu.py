@@ -7,7 +7,6 @@ ran on an H200 for docs/BENCHMARKS.md through bench/calibration.py and bench/gpu
 from __future__ import annotations
 
 import glob
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,8 @@ from grader.evaluate import EvalRequest, evaluate
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.bwrap,
     pytest.mark.skipif(not glob.glob("/dev/nvidia[0-9]*"), reason="no NVIDIA GPU on this machine"),
-    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
 ]
 
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from .test_field_tasks import GM, SANDBOX, grade, kgrader, quick
+from .conftest import SANDBOX, kgrader
+from .test_field_tasks import GM, grade, quick
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
+pytestmark = pytest.mark.bwrap
 PMPP = ["histogram", "prefixsum", "vectoradd_out"]
 
 

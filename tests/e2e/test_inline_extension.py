@@ -38,7 +38,6 @@ def launch(x, y, out):
 '''
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
               pytest.mark.skipif(shutil.which("c++") is None or shutil.which("ninja") is None,
                                  reason="needs a C++ compiler and ninja (scripts/setup.sh --dev)")]
 

@@ -25,8 +25,7 @@ from grader.leaderboard.aggregate import board
 from grader.leaderboard.state import State
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-pytestmark = [pytest.mark.bwrap,
-              pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")]
+pytestmark = pytest.mark.bwrap
 
 
 def tiny_task(root: Path, name: str = "tiny_add", reference: str | None = None) -> Path:

@@ -7,7 +7,6 @@ keep each evaluation short.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +25,7 @@ ATTACKS = ROOT / "tests" / "attacks" / "runtime"
 RUNTIME_ONLY = str(ROOT / "tests" / "policies" / "runtime-only.toml")
 LIMITS = {"compile_s": 60, "run_s": 60, "memory_mib": 2048}
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
+pytestmark = pytest.mark.bwrap
 
 CANDIDATES = {
     "good": TASK / "candidates" / "good.py",

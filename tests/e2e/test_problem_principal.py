@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ._backends import backend_or_skip
+from .conftest import kgrader
 
 ROOT = Path(__file__).resolve().parents[2]
 ATTACKS = ROOT / "tests" / "attacks" / "problems"
 NOTHING = ATTACKS / "nothing.py"
-
-
-def kgrader(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
 
 
 def import_attack(name: str, out: Path, backend: str) -> Path:

@@ -5,26 +5,18 @@ on bwrap with the scan off (tests/policies/runtime-only.toml), real torch and Tr
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from .conftest import SANDBOX, kgrader
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "examples" / "field" / "kernelbench" / "problems" / "1_ReLU.py"
 ATTACKS = ROOT / "tests" / "attacks" / "returned"
 GOOD = ROOT / "examples" / "field" / "kernelbench" / "submissions" / "1_ReLU" / "good.py"
-SANDBOX = ("--backend", "bwrap", "--device", "cpu")
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
-
-
-def kgrader(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+pytestmark = pytest.mark.bwrap
 
 
 @pytest.fixture(scope="module")

@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .conftest import kgrader
+
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "examples" / "vector_add_small"
 CANDS = SMALL / "candidates"
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
-
-
-def kgrader(*args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+pytestmark = pytest.mark.bwrap
 
 
 def run_json(*args: str | Path) -> tuple[int, dict[str, Any]]:

@@ -4,20 +4,19 @@ bubblewrap: the reference runs in the judge's check mode, never on the host)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .conftest import SANDBOX
+from .conftest import kgrader as run_kgrader
+
 ROOT = Path(__file__).resolve().parents[2]
 FIELD = ROOT / "examples" / "field"
-SANDBOX = ("--backend", "bwrap", "--device", "cpu")
 
-pytestmark = [pytest.mark.bwrap, pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                    reason="bubblewrap is not installed")]
+pytestmark = pytest.mark.bwrap
 
 # Its grid and mask come from the one size it was tuned on, not from its tensors.
 HARDCODED = '''"""Hard-codes N = 65536: right at that size, wrong at any other."""
@@ -44,10 +43,7 @@ def launch(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def kgrader(*args: str | Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    p = subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args)],
-                       capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    assert "Traceback" not in p.stderr, p.stderr
-    return p
+    return run_kgrader(*args, timeout=timeout, no_traceback=True)
 
 
 def new_task(tmp: Path, name: str = "demo") -> Path:

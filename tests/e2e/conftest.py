@@ -1,0 +1,53 @@
+"""What the end-to-end tests share: the command line as a subprocess, and the bwrap skip.
+
+* A test (or a module, through ``pytestmark``) marked ``pytest.mark.bwrap`` is skipped
+  where bubblewrap is not installed: one rule here instead of a ``skipif`` in every module.
+* :func:`kgrader` runs ``python -m grader.cli`` from the repository root, as a user would;
+  :func:`kgrader_json` adds ``--json`` and returns the parsed document.
+
+Test modules import the helpers: ``from .conftest import kgrader``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX = ("--backend", "bwrap", "--device", "cpu")  # the e2e tests' sandbox on this machine
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if shutil.which("bwrap") is not None:
+        return
+    skip = pytest.mark.skip(reason="bubblewrap is not installed")
+    for item in items:
+        if item.get_closest_marker("bwrap") is not None:
+            item.add_marker(skip)
+
+
+def kgrader(*args: str | Path, timeout: float = 900, env: Mapping[str, str] | None = None,
+            no_traceback: bool = False) -> subprocess.CompletedProcess[str]:
+    """``kgrader ARGS`` (``python -m grader.cli``) from the repository root, its output as
+    text. ``env``: the whole environment (default: this one). ``no_traceback``: fail the
+    test when stderr holds a Python traceback (every error must be a clear line)."""
+    p = subprocess.run([sys.executable, "-m", "grader.cli", *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                       env=None if env is None else dict(env))
+    if no_traceback:
+        assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def kgrader_json(*args: str | Path, timeout: float = 900,
+                 env: Mapping[str, str] | None = None) -> tuple[int, Any, str]:
+    """``kgrader ARGS --json``: (exit code, the parsed document, stderr); never a traceback."""
+    p = kgrader(*args, "--json", timeout=timeout, env=env, no_traceback=True)
+    return p.returncode, json.loads(p.stdout), p.stderr
