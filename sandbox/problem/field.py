@@ -182,7 +182,9 @@ class ReturnedProblem(Problem):
     def reference(self, slots: list[Slot], inputs: dict[str, torch.Tensor],
                   float64: bool = False) -> dict[str, torch.Tensor]:
         lay = self._of(slots)
-        data = rebuild(lay.in_template, [_widen(inputs[n].clone(), float64) for n in lay.in_names])
+        # No clone: ``inputs`` are the caller's own copies (the server reads them fresh from
+        # the buffer for every call), and a big problem's inputs are held once less.
+        data = rebuild(lay.in_template, [_widen(inputs[n], float64) for n in lay.in_names])
         out = _guard("reference", lambda: self._call_reference(data, float64))
         outs = returned_tensors(out)
         if len(outs) != len(lay.out_names):
