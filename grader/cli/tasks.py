@@ -16,7 +16,15 @@ from typing import Any
 import click
 
 from grader.backends.registry import backend_choices
-from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail, kgrader_errors
+from grader.cli.common import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    error_document,
+    fail,
+    json_option,
+    kgrader_errors,
+)
 from grader.errors import KgraderError
 
 _backend = click.option("--backend", type=click.Choice(backend_choices()), default="auto",
@@ -39,6 +47,12 @@ def import_group() -> None:
     """Turn problems in the field's formats into kgrader task folders."""
 
 
+_memory = click.option("--memory-mib", type=click.IntRange(min=64), default=None,
+                       help="Host memory limit of the sandbox (MiB); on import it is also "
+                            "written into the task's limits, for every later check and run. "
+                            "Default: the task's own (4096).")
+
+
 def _import_options(policy: str) -> Callable[[Any], Any]:
     def wrap(f: Any) -> Any:
         for opt in reversed([
@@ -51,7 +65,10 @@ def _import_options(policy: str) -> Callable[[Any], Any]:
             click.option("--verify/--no-verify", default=True, show_default=True,
                          help="Run the reference on every shape in the sandbox; drop hidden "
                               "shapes it cannot run."),
-            _backend, _device,
+            _backend, _device, _memory,
+            click.option("--json", "as_json", is_flag=True,
+                         help="Print one JSON document: the tasks written, their notes and "
+                              "quirks, and the problems not imported."),
         ]):
             f = opt(f)
         return f
@@ -60,31 +77,27 @@ def _import_options(policy: str) -> Callable[[Any], Any]:
 
 @import_group.command("kernelbench")
 @_import_options("cuda-inline")
-def import_kernelbench(path: Path, out: Path, policy: str, force: bool, verify: bool,
-                       backend: str, device: str) -> None:
+def import_kernelbench(path: Path, **opts: Any) -> None:
     """KernelBench problem files (FILE or a folder of them): Model, get_inputs,
     get_init_inputs, size constants. Submissions define ModelNew."""
     from grader.tasks import kernelbench
 
-    _import_all(kernelbench.find_problems, kernelbench.import_problem, path, out, policy, force,
-                verify, backend, device)
+    _import_all(kernelbench.find_problems, kernelbench.import_problem, path, **opts)
 
 
 @import_group.command("gpumode")
 @_import_options("default")
-def import_gpumode(path: Path, out: Path, policy: str, force: bool, verify: bool,
-                   backend: str, device: str) -> None:
+def import_gpumode(path: Path, **opts: Any) -> None:
     """GPU MODE problem folders (reference.py + task.yml, or a folder of them).
     Submissions define custom_kernel(data)."""
     from grader.tasks import gpumode
 
-    _import_all(gpumode.find_problems, gpumode.import_problem, path, out, policy, force,
-                verify, backend, device)
+    _import_all(gpumode.find_problems, gpumode.import_problem, path, **opts)
 
 
-def _import_all(find: Callable[[Path], list[Path]], make: Callable[..., Any], path: Path,
+def _import_all(find: Callable[[Path], list[Path]], make: Callable[..., Any], path: Path, *,
                 out: Path, policy: str, force: bool, verify: bool, backend: str,
-                device: str) -> None:
+                device: str, memory_mib: int | None, as_json: bool) -> None:
     from grader.tasks.check import verify_import
     from grader.tasks.common import write_task
 
@@ -92,24 +105,36 @@ def _import_all(find: Callable[[Path], list[Path]], make: Callable[..., Any], pa
         problems = find(path)
     except KgraderError as e:
         fail(e)
-    failed = 0
+    overrides = {"limits": {"memory_mib": memory_mib}} if memory_mib else None
+    done: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     for p in problems:
         try:
-            task = make(p, policy=policy)
+            task = make(p, policy=policy, overrides=overrides)
             if verify:
                 task = verify_import(task, backend=backend, device=device)
+                if device != "auto":  # where it was verified, for whoever runs it next
+                    tags = [*task.spec.tags, f"verified-{device}"]
+                    task.spec = task.spec.model_copy(update={"tags": tags})
             folder = write_task(task, out, force)
         except KgraderError as e:
-            if len(problems) == 1:
+            if len(problems) == 1 and not as_json:
                 fail(e)
-            click.echo(f"error: {p}: {e}", err=True)
-            failed += 1
+            if not as_json:
+                click.echo(f"error: {p}: {e}", err=True)
+            failed.append({"source": str(p), "error": error_document(e)["error"]})
             continue
-        click.echo(f"{p} -> {folder}")
-        for note in task.notes:
-            click.echo(f"  {note}")
+        done.append({"source": str(p), "folder": str(folder), "task": task.spec.name,
+                     "notes": list(task.notes), "quirks": [q.as_dict() for q in task.quirks]})
+        if not as_json:
+            click.echo(f"{p} -> {folder}")
+            for line in [*task.notes, *(q.line() for q in task.quirks)]:
+                click.echo(f"  {line}")
+    if as_json:
+        click.echo(json.dumps({"ok": not failed, "imported": done, "failed": failed}, indent=2))
+    elif failed:
+        click.echo(f"{len(failed)} of {len(problems)} problem(s) not imported", err=True)
     if failed:
-        click.echo(f"{failed} of {len(problems)} problem(s) not imported", err=True)
         sys.exit(EXIT_ERROR)
 
 
@@ -118,27 +143,34 @@ def _import_all(find: Callable[[Path], list[Path]], make: Callable[..., Any], pa
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("."),
               show_default=True)
 @click.option("--force", is_flag=True, help="Replace an existing folder.")
+@json_option
 @kgrader_errors
-def new_cmd(name: str, out: Path, force: bool) -> None:
+def new_cmd(name: str, out: Path, force: bool, as_json: bool) -> None:
     """Scaffold a generated-shape task: task.json, reference.py, candidates/good.py."""
     from grader.tasks.scaffold import scaffold
 
     folder = scaffold(name, out, force)
-    click.echo(f"{folder}: task.json, reference.py, candidates/good.py\n"
-               f"next: kgrader task check {folder} && kgrader run {folder} "
-               f"{folder / 'candidates' / 'good.py'}")
+    files = ["task.json", "reference.py", "candidates/good.py"]
+    nxt = f"kgrader task check {folder} && kgrader run {folder} {folder / 'candidates' / 'good.py'}"
+    if as_json:
+        click.echo(json.dumps({"ok": True, "task": name, "folder": str(folder),
+                               "files": files, "next": nxt}, indent=2))
+        return
+    click.echo(f"{folder}: {', '.join(files)}\nnext: {nxt}")
 
 
 @task_group.command("check")
 @click.argument("task_dir", type=click.Path(path_type=Path))
 @click.option("--seed", type=int, help="Seed of the shape draw (default: a fresh secret one).")
-@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@json_option
 @_backend
 @_device
-def check_cmd(task_dir: Path, seed: int | None, as_json: bool, backend: str, device: str) -> None:
+@_memory
+def check_cmd(task_dir: Path, seed: int | None, as_json: bool, backend: str, device: str,
+              memory_mib: int | None) -> None:
     """Prove a task sound: its reference is deterministic, its tolerances hold against a
     float64 evaluation on every (drawn) shape, its cost model evaluates, every shape fits
-    the memory limit. Exit 0 sound, 1 not, 2 unusable."""
+    the memory limit; and name its quirks. Exit 0 sound, 1 not, 2 unusable."""
     from grader.shapes import named
     from grader.task import load_task
     from grader.tasks.check import check_task
@@ -147,6 +179,8 @@ def check_cmd(task_dir: Path, seed: int | None, as_json: bool, backend: str, dev
     try:
         confined_task_folder(task_dir)
         spec, reference = load_task(task_dir)
+        if memory_mib:
+            spec = spec.model_copy(update={"limits": spec.limits.override(memory_mib=memory_mib)})
         rep = check_task(spec, reference, backend=backend, device=device, seed=seed)
     except KgraderError as e:
         fail(e)
@@ -155,6 +189,7 @@ def check_cmd(task_dir: Path, seed: int | None, as_json: bool, backend: str, dev
         click.echo(json.dumps({
             "task": rep.task, "ok": rep.ok,
             "findings": [{"ok": f.ok, "what": f.what, "detail": f.detail} for f in rep.findings],
+            "quirks": [q.as_dict() for q in rep.quirks],
             "drawn": None if rep.drawn is None else {
                 "tune": [named(b, dvars) for b in rep.drawn.tune],
                 "hidden": [named(b, dvars) for b in rep.drawn.hidden],
@@ -168,5 +203,7 @@ def check_cmd(task_dir: Path, seed: int | None, as_json: bool, backend: str, dev
                 click.echo(f"  drawn hidden: {named(b, dvars)}  ({why})")
         for f in rep.findings:
             click.echo(f"  {'ok  ' if f.ok else 'FAIL'}  {f.what}" + (f": {f.detail}" if f.detail else ""))
+        for q in rep.quirks:
+            click.echo(f"  {q.line()}")
         click.echo("sound" if rep.ok else "NOT sound")
     sys.exit(EXIT_OK if rep.ok else EXIT_FAILED)

@@ -10,7 +10,12 @@ What must hold, each reported as one line:
 * in the sandbox (judge mode ``check``; the host never imports torch): the reference and
   its generator run on every shape, are deterministic (two runs from one seed agree bit
   for bit), and the task's tolerances hold between the reference in its own dtypes and a
-  float64 evaluation of it.
+  float64 evaluation of it (rounded to a half-precision output's dtype first);
+* the problem's quirks (:mod:`grader.tasks.quirks`), read from its source and measured in
+  the sandbox, each with what kgrader does about it.
+
+A limit that stops the sandbox is named with its figure (:mod:`grader.tasks.checkrun`);
+a problem that needs CUDA on a CPU says so, with the ``--device cuda`` hint.
 """
 
 from __future__ import annotations
@@ -19,15 +24,27 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from grader.astparse import parse_module
 from grader.errors import InfrastructureError, TaskError
-from grader.judgecall import mode_request, run_judge_mode
+from grader.judgecall import mode_request
+from grader.limits import Limits
 from grader.shapes import DrawnShapes, bound_shape, named, resolve_shapes
 from grader.task import DTYPE_BYTES, TaskSpec
+from grader.tasks import kernelbench, quirks
+from grader.tasks.checkrun import (
+    NEEDS_CUDA_HINT,
+    CheckLimitError,
+    NeedsDeviceError,
+    run_check_mode,
+)
 from grader.tasks.common import ImportedTask
+from grader.tasks.quirks import Quirk
 from sandbox.contract.wire import DTYPE_CODES
 
 # Copies of a shape's tensors the judge holds at once (buffer, inputs, expected outputs).
 HELD_COPIES = 3
+# What the judge's and the problem process's interpreters take beside the tensors (torch).
+INTERPRETERS_MIB = 1024
 
 
 @dataclass
@@ -43,6 +60,7 @@ class CheckReport:
     findings: list[Finding] = field(default_factory=list)
     shapes: list[dict[str, Any]] = field(default_factory=list)
     drawn: DrawnShapes | None = None
+    quirks: list[Quirk] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -73,7 +91,7 @@ def dps_bytes(spec: TaskSpec, dims: dict[str, int]) -> int:
 def check_task(spec: TaskSpec, reference: str, *, backend: str = "auto", device: str = "auto",
                seed: int | None = None) -> CheckReport:
     """Every check; raises only :class:`InfrastructureError` (no sandbox) or ``UsageError``."""
-    report = CheckReport(spec.name)
+    report = CheckReport(spec.name, quirks=static_quirks(spec, reference))
     resolved, report.drawn = resolve_shapes(spec, seed)
     shapes = resolved.shapes.tune + resolved.shapes.hidden + [resolved.timed_dims()]
     report.add(True, "task loads", f"contract {spec.contract}, {len(resolved.shapes.tune)} tune / "
@@ -93,17 +111,59 @@ def check_task(spec: TaskSpec, reference: str, *, backend: str = "auto", device:
         if need > limit:  # running it would only meet the sandbox's memory limit
             report.add(False, "the reference runs", "not run: the shapes exceed the memory limit")
             return report
-    record = run_judge_mode(request, {}, backend=backend, limits=spec.limits)
+    record = run_check_mode(request, check_limits(spec.limits), backend)
     if record.errors:
         e = record.errors[0]
+        if e.code == "needs_cuda":
+            raise NeedsDeviceError(f"task check could not run on {dev}: {e.message[:500]}",
+                                   hint=NEEDS_CUDA_HINT)
         if e.origin == "infrastructure" and e.code not in ("reference_failed", "unsupported_dtype",
                                                              "judge_setup_failed"):
             raise InfrastructureError(f"task check could not run: {e.code}: {e.message[:500]}")
         report.add(False, "the reference loads", f"{e.code}: {e.message[:800]}")
         return report
     report.shapes = list((record.check or {}).get("shapes", []))
+    cuda = [s for s in report.shapes if s.get("error_code") == "needs_cuda"]
+    if cuda:
+        raise NeedsDeviceError(f"task check could not run on {dev}: {cuda[0]['kind']} "
+                               f"{cuda[0]['dims']}: {str(cuda[0].get('error'))[:500]}",
+                               hint=NEEDS_CUDA_HINT)
     _judge_findings(report, resolved, limit)
+    c = spec.correctness
+    report.quirks = quirks.merge_quirks(report.quirks, quirks.measured(
+        report.shapes, c.atol, c.rtol, dict(c.by_dtype)))
     return report
+
+
+def check_limits(limits: Limits) -> Limits:
+    """The check's sandbox limits: the task's, with the largest-file limit (``RLIMIT_FSIZE``,
+    sized by ``tmpfs_mib``) raised to the memory limit. On the CPU the judge's shared buffer
+    is a memory file, which that limit bounds too (a 288 MiB problem failed ``File too
+    large`` under the default 256); memory bounds it anyway, and the check is there to
+    measure what the task needs (:func:`buffer_mib`), which an import then records."""
+    return limits.override(tmpfs_mib=max(limits.tmpfs_mib, limits.memory_mib))
+
+
+def buffer_mib(shapes: list[dict[str, Any]]) -> int:
+    """The ``tmpfs_mib`` a CPU run of these shapes needs for its shared buffers: twice the
+    largest shape's tensors (a buffer grows by doubling), in MiB."""
+    most = max((int(s.get("bytes", 0)) for s in shapes), default=0)
+    return math.ceil(2 * most / 2**20)
+
+
+def static_quirks(spec: TaskSpec, reference: str) -> list[Quirk]:
+    """The quirks the problem's source shows (KernelBench's; GPU MODE's are all measured)."""
+    if spec.contract != "module" or spec.problem is None:
+        return []
+    try:
+        tree = parse_module(reference, filename="reference.py")
+    except SyntaxError:
+        return []  # the sandbox's check says why the reference does not load
+    dims = set(spec.shapes.tune[0]) if spec.shapes.tune else set()
+    exprs = {k: (v, src) for k, (v, src) in kernelbench.sizes(tree).items()
+             if src is not None and k in dims}
+    return quirks.size_products(exprs, list(spec.problem.varied)) + \
+        quirks.kernelbench_model(tree, spec.problem.reference, spec.problem.init or "")
 
 
 def _cost_model(report: CheckReport, spec: TaskSpec, shapes: list[dict[str, int]]) -> None:
@@ -125,12 +185,18 @@ def _cost_model(report: CheckReport, spec: TaskSpec, shapes: list[dict[str, int]
 def _judge_findings(report: CheckReport, spec: TaskSpec, limit: int) -> None:
     dvars = set(spec.shapes.generate.dtypes) if spec.shapes.generate else set()
     runs, det, tol, mem = True, True, True, True
+    skipped = 0
     for s in report.shapes:
         where = f"{s['kind']} {named(s['dims'], dvars)}"
+        if "memory_needed_mib" in s:  # refused by the judge before it met the limit
+            runs = mem = False
+            report.add(False, "every shape fits the memory limit", f"{where}: {s.get('error')}")
+            continue
         if "error" in s:
             runs = False
             report.add(False, "the reference runs", f"{where}: {s['error']}")
             continue
+        skipped += "float64_skipped" in s
         if not s.get("deterministic", False):
             det = False
             report.add(False, "the reference is deterministic",
@@ -142,11 +208,8 @@ def _judge_findings(report: CheckReport, spec: TaskSpec, limit: int) -> None:
                        f"{where}: the reference cannot run in float64: {s['float64_error']}")
         elif isinstance(f64, dict) and not f64.get("ok"):
             tol = False
-            c = spec.correctness
             report.add(False, "tolerances hold against float64",
-                       f"{where}: max |err| {f64.get('max_abs', 0):.3g}, max rel "
-                       f"{f64.get('max_rel', 0):.3g}, {f64.get('mismatch_fraction', 0):.2%} of "
-                       f"elements beyond atol={c.atol:g} rtol={c.rtol:g}")
+                       f"{where}: {float64_detail(spec, s, f64)}")
         if int(s.get("bytes", 0)) * HELD_COPIES > limit:
             mem = False
             report.add(False, "every shape fits the memory limit",
@@ -160,9 +223,38 @@ def _judge_findings(report: CheckReport, spec: TaskSpec, limit: int) -> None:
     if tol:
         worst = max((s.get("float64", {}).get("max_rel", 0.0) for s in report.shapes
                      if isinstance(s.get("float64"), dict)), default=0.0)
-        report.add(True, "tolerances hold against float64", f"worst relative error {worst:.3g}")
+        rounded = sorted({d for s in report.shapes if isinstance(s.get("float64"), dict)
+                          for d in s["float64"].get("rounded", [])})
+        report.add(True, "tolerances hold against float64", f"worst relative error {worst:.3g}"
+                   + (f" ({', '.join(rounded)} outputs against the float64 values rounded to "
+                      "their dtype)" if rounded else "")
+                   + (f"; not evaluated on {skipped} shape(s), see the quirks" if skipped else ""))
     if mem and spec.contract != "dps":
         report.add(True, "every shape fits the memory limit", f"judged on all {n} shapes")
+
+
+def float64_detail(spec: TaskSpec, s: dict[str, Any], f64: dict[str, Any]) -> str:
+    """A float64 mismatch in the terms of the output's own dtype and tolerance."""
+    fine = f64.get("finer_than_dtype")
+    if isinstance(fine, dict) and not f64.get("first_bad"):
+        dt = str(fine.get("dtype"))
+        a, r = spec.correctness.by_dtype.get(dt, (spec.correctness.atol, spec.correctness.rtol))
+        return (f"atol={a:g} rtol={r:g} is finer than one {dt} rounding step on "
+                f"{float(fine.get('fraction', 0)):.2%} of the elements of {fine.get('tensor')}: "
+                "an honest kernel that rounds once differently fails there")
+    bad = f64.get("first_bad") or {}
+    outs = {o.get("name"): o for o in s.get("outputs", []) if isinstance(o, dict)}
+    dtype = str(outs.get(bad.get("tensor"), {}).get("dtype", ""))
+    c = spec.correctness
+    atol, rtol = c.by_dtype.get(dtype, (c.atol, c.rtol))
+    rounded = dtype in f64.get("rounded", [])
+    return (f"max |err| {f64.get('max_abs', 0):.3g}, max rel {f64.get('max_rel', 0):.3g}; "
+            f"{f64.get('mismatch_fraction', 0):.2%} of the elements of "
+            f"{bad.get('tensor', 'an output')}{f' ({dtype})' if dtype else ''} beyond "
+            f"atol={atol:g} rtol={rtol:g}"
+            + (f", against the float64 values rounded to {dtype}" if rounded else "")
+            + (f", first at {bad.get('index')}: {bad.get('actual')} against "
+               f"{bad.get('expected')}" if bad.get("index") is not None else ""))
 
 
 def verify_import(task: ImportedTask, *, backend: str = "auto", device: str = "auto") -> ImportedTask:
@@ -171,6 +263,13 @@ def verify_import(task: ImportedTask, *, backend: str = "auto", device: str = "a
     rep = check_task(task.spec, task.reference, backend=backend, device=device)
     loads = [f for f in rep.findings if f.what == "the reference loads" and not f.ok]
     bad_tune = [s for s in rep.shapes if s["kind"] == "tune" and "error" in s]
+    big = [s for s in bad_tune if "memory_needed_mib" in s]
+    if big and not loads:  # the judge's own refusal, with its figures
+        need = int(big[0]["memory_needed_mib"]) + INTERPRETERS_MIB
+        raise CheckLimitError(f"{task.source}: {big[0]['dims']}: {big[0]['error']}",
+                              hint=f"--memory-mib {need} or more (the copies, plus ~"
+                                   f"{INTERPRETERS_MIB} MiB for the judge's and the problem's "
+                                   "Python and torch)")
     if loads or bad_tune:
         why = loads[0].detail if loads else f"{bad_tune[0]['dims']}: {bad_tune[0]['error']}"
         raise TaskError(f"{task.source}: the problem's reference fails on its own sizes: {why}")
@@ -184,4 +283,12 @@ def verify_import(task: ImportedTask, *, backend: str = "auto", device: str = "a
         notes.append(f"dropped {len(drop)} hidden variant(s) the reference cannot run: {drop}")
     notes += [f"check: {f.what}: {f.detail}" for f in rep.findings
               if not f.ok and f.what != "the reference runs"]
-    return ImportedTask(spec, task.reference, task.source, notes)
+    found = quirks.merge_quirks(task.quirks, rep.quirks)
+    need = buffer_mib(rep.shapes)
+    if need > spec.limits.tmpfs_mib:
+        spec = spec.model_copy(update={"limits": spec.limits.override(tmpfs_mib=need)})
+        found.append(Quirk("big_buffer", f"the largest shape holds {need // 2} MiB of tensors",
+                           f"limits.tmpfs_mib set to {need} in task.json: on the CPU the judge's "
+                           "shared buffer is a memory file, bounded by the sandbox's "
+                           "largest-file limit (it also sizes /tmp and /dev/shm)", "measured"))
+    return ImportedTask(spec, task.reference, task.source, notes, found)

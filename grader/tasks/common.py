@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from grader.astparse import parse_module
 from grader.errors import TaskError
 from grader.task import TaskSpec, format_validation_error
+from grader.tasks.quirks import Quirk
 
 # Public seeds of an imported task's correctness stage (the benchmark's are secret).
 DEFAULT_SEEDS = [17, 29, 41]
@@ -34,6 +35,7 @@ class ImportedTask:
     reference: str
     source: Path
     notes: list[str] = field(default_factory=list)
+    quirks: list[Quirk] = field(default_factory=list)
 
 
 class ProblemPathError(TaskError):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import TaskError
+from grader.tasks import quirks
 from grader.tasks.common import (
     DEFAULT_SEEDS,
     IMPORTED_ACCEPTANCE,
@@ -52,9 +53,15 @@ def is_problem(tree: ast.Module) -> bool:
 
 
 def size_constants(tree: ast.Module) -> dict[str, int]:
-    """Module-level ``NAME = <positive int>`` assigned exactly once."""
+    """Module-level ``NAME = <positive int>`` assigned exactly once; the int may be written
+    as an expression of literals and earlier such constants (``N = 2048 * 2``)."""
+    return {k: v for k, (v, _) in sizes(tree).items()}
+
+
+def sizes(tree: ast.Module) -> dict[str, tuple[int, str | None]]:
+    """:func:`size_constants` with each value's source when it is an expression (else None)."""
     seen: dict[str, int] = {}
-    values: dict[str, int] = {}
+    assigned: list[tuple[str, ast.expr]] = []
     for node in tree.body:
         target, value = None, None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
@@ -68,9 +75,18 @@ def size_constants(tree: ast.Module) -> dict[str, int]:
                         seen[n.id] = seen.get(n.id, 0) + 2  # unpacking: not a plain constant
             continue
         seen[target.id] = seen.get(target.id, 0) + 1
-        if isinstance(value, ast.Constant) and type(value.value) is int and value.value >= 1:
-            values[target.id] = value.value
-    return {k: v for k, v in values.items() if seen.get(k) == 1}
+        if value is not None:
+            assigned.append((target.id, value))
+    known: dict[str, int] = {}
+    out: dict[str, tuple[int, str | None]] = {}
+    for name, value in assigned:
+        if seen.get(name) != 1:
+            continue
+        v = quirks.int_expr(value, known)
+        if v is not None and v >= 1:
+            known[name] = v
+            out[name] = (v, None if isinstance(value, ast.Constant) else ast.unparse(value)[:80])
+    return out
 
 
 def plan(tree: ast.Module) -> tuple[dict[str, int], list[str]]:
@@ -160,7 +176,9 @@ def import_problem(path: Path, *, policy: str = "cuda-inline",
     spec = validate(merge(raw, overrides), path)
     notes = [f"hidden shapes vary {', '.join(varied)}" if varied else
              "no size constant can vary safely: no hidden shapes"]
-    return ImportedTask(spec, text, path, notes)
+    exprs = {k: (v, src) for k, (v, src) in sizes(tree).items() if src is not None and k in dims}
+    found = quirks.size_products(exprs, varied) + quirks.kernelbench_model(tree)
+    return ImportedTask(spec, text, path, notes, found)
 
 
 def find_problems(path: Path) -> list[Path]:

@@ -53,7 +53,9 @@ def get_init_inputs():
 def test_kernelbench_plan_varies_only_what_get_inputs_alone_reads() -> None:
     tree = ast.parse(KB_SOURCE)
     consts = kernelbench.size_constants(tree)
-    assert consts == {"batch_size": 16, "features": 64, "width": 48, "scale": 2, "flag": 7}
+    # derived = width * 2 is a size too (products of sizes are sizes), read by nothing here
+    assert consts == {"batch_size": 16, "features": 64, "width": 48, "scale": 2, "derived": 96,
+                      "flag": 7}
     dims, varied = kernelbench.plan(tree)
     # features feeds the model, scale the forward, width another constant: fixed
     assert dims == {"batch_size": 16, "features": 64, "width": 48, "flag": 7}
