@@ -21,6 +21,7 @@ from grader.errors import UsageError
 
 TOKEN_ENV = "KGRADER_TOKEN"
 SERVER_ENV = "KGRADER_SERVER"
+DB_ENV = "KGRADER_SERVICE_DB"
 PASSED = ("passed", "accepted", "ok")
 
 
@@ -52,14 +53,16 @@ def register(cli: click.Group) -> None:
               help="Seconds between the live board's reloads.")
 @click.option("--seed-secret", type=click.Path(path_type=Path),
               help="Secret of the leaderboard entries' seeds (default: one kept in --data).")
+@click.option("--db", envvar=DB_ENV, default=None,
+              help=f"A postgresql:// URL for the store (or ${DB_ENV}); default: SQLite in --data.")
 @click.pass_context
 @kgrader_errors
 def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str, port: int,
           backend: str, device: str, workers: int | None, max_source_bytes: int,
           max_attempts: int, read_per_min: float, board_refresh: int,
-          seed_secret: Path | None) -> None:
+          seed_secret: Path | None, db: str | None) -> None:
     """Serve the grading API and the live board (until SIGINT/SIGTERM)."""
-    ctx.obj = data_dir
+    ctx.obj = (data_dir, db)
     if ctx.invoked_subcommand is not None:
         return
     if tasks_dir is None:
@@ -70,7 +73,7 @@ def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str,
     cfg = ServiceConfig(tasks_dir=tasks_dir, data_dir=data_dir, backend=backend, device=device,
                         workers=workers, max_source_bytes=max_source_bytes,
                         max_attempts=max_attempts, read_per_min=read_per_min,
-                        board_refresh_s=board_refresh, seed_secret=seed_secret)
+                        board_refresh_s=board_refresh, seed_secret=seed_secret, db=db)
     click.echo(f"kgrader serve: http://{host}:{port}/ (board at /board/)", err=True)
     run_server(cfg, host, port)
 
@@ -79,7 +82,14 @@ def _store(ctx: click.Context, given: Path | None) -> Any:
     from grader.service.config import STORE_NAME
     from grader.service.store import Store
 
-    data_dir: Path = given if given is not None else ctx.obj
+    data_dir, db = ctx.obj
+    if db is not None:
+        from grader.service.sql import is_url
+
+        if not is_url(db):
+            raise UsageError("--db must be a postgresql:// URL")
+        return Store(db)
+    data_dir = given if given is not None else data_dir
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     return Store(data_dir / STORE_NAME)
 

@@ -12,6 +12,7 @@ from grader.errors import UsageError
 from grader.leaderboard.engine import local_gpus
 from grader.leaderboard.seeds import SECRET_ENV, Secret, load_secret
 from grader.scan import MAX_BYTES
+from grader.service.sql import is_url
 from grader.service.worker import Slot
 
 STORE_NAME = "service.sqlite"
@@ -20,8 +21,9 @@ SECRET_NAME = "seed-secret"
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """The server's settings. ``data_dir`` holds the store, the board and (unless one is
-    given) the seed secret of leaderboard entries; ``tasks_dir`` is a folder of task
+    """The server's settings. ``data_dir`` holds the store (unless ``db`` names a
+    PostgreSQL database), the board and (unless one is given) the seed secret of
+    leaderboard entries; ``tasks_dir`` is a folder of task
     folders, the only tasks a client may name."""
 
     tasks_dir: Path
@@ -34,6 +36,7 @@ class ServiceConfig:
     read_per_min: float = 600.0
     board_refresh_s: int = 5
     seed_secret: Path | None = None
+    db: str | None = None  # a postgresql:// URL; None: SQLite in data_dir
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_source_bytes <= MAX_BYTES:
@@ -42,6 +45,8 @@ class ServiceConfig:
             raise UsageError("--workers must be at least 1")
         if self.max_attempts < 1:
             raise UsageError("--max-attempts must be at least 1")
+        if self.db is not None and not is_url(self.db):
+            raise UsageError("--db must be a postgresql:// URL (without it: SQLite in --data)")
 
     @property
     def max_request_bytes(self) -> int:
@@ -51,6 +56,11 @@ class ServiceConfig:
     @property
     def store_path(self) -> Path:
         return self.data_dir / STORE_NAME
+
+    @property
+    def store_target(self) -> str | Path:
+        """The store: the PostgreSQL URL when given, else the SQLite file in ``data_dir``."""
+        return self.db if self.db is not None else self.store_path
 
     def secret(self) -> Secret:
         """The given secret, else ``$KGRADER_LEADERBOARD_SECRET``, else one kept in

@@ -16,7 +16,7 @@ def build(cfg: ServiceConfig, grader: Grader = grade) -> Starlette:
     """The app for ``cfg`` (workers start with the app's lifespan)."""
     cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     tasks = load_tasks(cfg.tasks_dir, cfg.secret())
-    store = Store(cfg.store_path)
+    store = Store(cfg.store_target)
     board = Board(cfg.data_dir / "board", store, tasks)
     workers = Workers(store, tasks, cfg.slots(), grader=grader, max_attempts=cfg.max_attempts,
                       on_leaderboard=board.record)

@@ -1,7 +1,8 @@
-"""The service's durable state in one SQLite file (WAL): tokens, jobs, their events, bests.
+"""The service's durable state: tokens, jobs, their events, bests; in one SQLite file
+(WAL) or a PostgreSQL database (:mod:`grader.service.sql`).
 
-A job moves ``queued -> running -> done | failed`` and each move is one ``BEGIN
-IMMEDIATE`` transaction (:func:`grader.db.transaction`), so two workers never claim the
+A job moves ``queued -> running -> done | failed`` and each move is one transaction
+(SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: row locks), so two workers never claim the
 same job and a job finishes once: :meth:`Store.finish` only moves a job that is
 ``running`` under the attempt that claimed it. :meth:`Store.recover` (at start-up) puts
 the jobs a killed server left ``running`` back in the queue; ``done`` and ``failed`` are
@@ -12,8 +13,6 @@ final, never graded again. ``done`` means a report exists (whatever its verdict)
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader.db import transaction
-from grader.errors import UsageError
+from grader.service.sql import Conn, Database, StoreError, is_url, open_database
 
 SCHEMA_VERSION = 1
 STATES = ("queued", "running", "done", "failed")
@@ -55,10 +53,6 @@ CREATE TABLE IF NOT EXISTS bests (
 _JOB_COLS = ("id", "token_id", "task", "mode", "label", "source_sha", "view_sha", "state",
              "attempts", "grades", "worker", "created_at", "started_at", "finished_at",
              "verdict", "error")
-
-
-class StoreError(UsageError):
-    """The state file is not a kgrader service store (or another version)."""
 
 
 @dataclass(frozen=True)
@@ -112,44 +106,38 @@ class Claimed:
 
 
 class Store:
-    """One store file; one SQLite connection per thread (``sqlite3`` objects are not
-    shared between threads)."""
+    """One store: an SQLite file (path) or a PostgreSQL database (``postgresql://`` URL),
+    one connection per thread."""
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self._local = threading.local()
-        conn = self._conn()
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    def __init__(self, target: str | Path):
+        self.db: Database = open_database(target)
+        self.where = "the PostgreSQL store" if is_url(target) else str(target)
+        names = self.db.tables()
         if names and "schema_version" not in names:
-            raise StoreError(f"{self.path} is an SQLite file but not a kgrader service store")
-        if names:
-            row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-            if row is None or row[0] != SCHEMA_VERSION:
-                raise StoreError(f"{self.path} has service store version {row and row[0]!r}; "
-                                 f"this kgrader reads version {SCHEMA_VERSION}")
-            return
-        with transaction(conn):
-            for stmt in filter(str.strip, _TABLES.split(";")):
-                conn.execute(stmt)
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
+            raise StoreError(f"{self.where} is a {self.db.name} database but not a kgrader "
+                             "service store")
+        if not names:
             try:
-                conn = sqlite3.connect(str(self.path), isolation_level=None, timeout=30.0)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=FULL")
-            except sqlite3.DatabaseError as e:
-                raise StoreError(f"{self.path}: not a usable SQLite file ({e})") from None
-            self._local.conn = conn
-        return conn
+                with self.db.tx() as c:
+                    for stmt in self.db.ddl(_TABLES):
+                        c.execute(stmt)
+                    c.execute("INSERT INTO schema_version (version) VALUES (?)",
+                              (SCHEMA_VERSION,))
+            except Exception:  # another process created it first: check what it made
+                if "schema_version" not in self.db.tables():
+                    raise
+        row = self.db.conn().execute("SELECT MAX(version) FROM schema_version").fetchone()
+        if row is None or row[0] != SCHEMA_VERSION:
+            raise StoreError(f"{self.where} has service store version {row and row[0]!r}; "
+                             f"this kgrader reads version {SCHEMA_VERSION}")
+
+    def _conn(self) -> Conn:
+        return self.db.conn()
 
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        with transaction(conn):
-            yield conn
+    def _tx(self) -> Iterator[Conn]:
+        with self.db.tx() as c:
+            yield c
 
     # --- tokens -----------------------------------------------------------------------
     def add_token(self, row: TokenRow) -> None:
@@ -180,6 +168,7 @@ class Store:
         now = time.time() if now is None else now
         job_id = uuid.uuid4().hex
         with self._tx() as c:
+            self.db.lock_token(c, token_id)
             active = c.execute("SELECT COUNT(*) FROM jobs WHERE token_id = ? AND state IN "
                                "('queued', 'running')", (token_id,)).fetchone()[0]
             if active >= max_active:
@@ -222,7 +211,7 @@ class Store:
         now = time.time()
         with self._tx() as c:
             r = c.execute("SELECT id, source, attempts FROM jobs WHERE state = 'queued' "
-                          "ORDER BY seq LIMIT 1").fetchone()
+                          "ORDER BY seq LIMIT 1" + self.db.claim_suffix).fetchone()
             if r is None:
                 return None
             attempt = r[2] + 1
@@ -253,8 +242,10 @@ class Store:
                 return False
             if best_source is not None:
                 task = c.execute("SELECT task FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
-                c.execute("INSERT OR REPLACE INTO bests (task, job_id, source, at) "
-                          "VALUES (?, ?, ?, ?)", (task, job_id, best_source, now))
+                c.execute("INSERT INTO bests (task, job_id, source, at) VALUES (?, ?, ?, ?) "
+                          "ON CONFLICT (task) DO UPDATE SET job_id = excluded.job_id, "
+                          "source = excluded.source, at = excluded.at",
+                          (task, job_id, best_source, now))
             _event(c, job_id, state, {"verdict": verdict, "error": error}, now)
         return True
 
@@ -270,7 +261,8 @@ class Store:
     def recover(self) -> list[str]:
         """At start-up: every job a killed server left ``running`` goes back to the queue."""
         with self._tx() as c:
-            ids = [r[0] for r in c.execute("SELECT id FROM jobs WHERE state = 'running'")]
+            ids = [r[0] for r in c.execute("SELECT id FROM jobs WHERE state = 'running'")
+                   .fetchall()]
             c.execute("UPDATE jobs SET state = 'queued', worker = NULL WHERE state = 'running'")
             for i in ids:
                 _event(c, i, "requeued", {"why": "the server restarted while it ran"}, time.time())
@@ -304,6 +296,6 @@ def _token(r: tuple[Any, ...]) -> TokenRow:
                     revoked=bool(r[8]))
 
 
-def _event(c: sqlite3.Connection, job_id: str, kind: str, data: dict[str, Any], at: float) -> None:
+def _event(c: Conn, job_id: str, kind: str, data: dict[str, Any], at: float) -> None:
     c.execute("INSERT INTO events (job_id, at, kind, data) VALUES (?, ?, ?, ?)",
               (job_id, at, kind, json.dumps(data)))

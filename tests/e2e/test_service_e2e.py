@@ -38,7 +38,8 @@ def _kgrader(*args: str, token: str | None = None, timeout: float = 600) -> subp
 class Server:
     """A ``kgrader serve`` process on a free port, its data folder kept across restarts."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, *extra: str):
+        self.extra = extra  # more `kgrader serve` arguments (e.g. --db URL)
         self.tasks = tmp / "tasks"
         shutil.copytree(TASK, self.tasks / TASK.name)
         self.data = tmp / "data"
@@ -50,7 +51,7 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def token(self, name: str, role: str = "submitter") -> str:
-        r = _kgrader("serve", "token", "add", "--data", str(self.data), "--name", name,
+        r = _kgrader("serve", *self.extra, "token", "add", "--data", str(self.data), "--name", name,
                      "--role", role, "--json")
         assert r.returncode == 0, r.stderr
         return str(json.loads(r.stdout)["token"])
@@ -60,7 +61,8 @@ class Server:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "grader.cli", "serve", "--tasks", str(self.tasks),
                  "--data", str(self.data), "--port", str(self.port), "--backend", "bwrap",
-                 "--device", "cpu", "--board-refresh", "2"], cwd=ROOT, stdout=log, stderr=log)
+                 "--device", "cpu", "--board-refresh", "2", *self.extra], cwd=ROOT,
+                stdout=log, stderr=log)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()

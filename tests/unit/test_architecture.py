@@ -29,6 +29,7 @@ LAZY_PACKAGES = {
     "mcp": "optional extra (mcp): the MCP server only",
     "mcp_types": "optional extra (mcp): the MCP server only",
     "uvicorn": "optional extra: the grading service only",
+    "psycopg": "optional extra (postgres): the grading service's PostgreSQL store only",
     "torch": "sandbox: imported only in the phase and process that may (after the lockdown, "
              "after the secret is gone); never by the host",
     "triton": "sandbox: as torch",

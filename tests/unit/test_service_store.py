@@ -10,6 +10,13 @@ import pytest
 from grader.service.store import Store, StoreError
 
 
+@pytest.fixture
+def target(tmp_path: Path) -> str | Path:
+    """Where the store lives: an SQLite file here; a PostgreSQL database in
+    tests/e2e/test_service_postgres.py, which runs these tests again on a real server."""
+    return tmp_path / "s.sqlite"
+
+
 def _submit(store: Store, token: str = "t1", *, max_active: int = 100, max_per_day: int = 100,
             now: float | None = None) -> str:
     job = store.submit(token_id=token, task="vector_add_small", mode="run", label="",
@@ -19,8 +26,8 @@ def _submit(store: Store, token: str = "t1", *, max_active: int = 100, max_per_d
     return job.id
 
 
-def test_a_job_moves_queued_running_done_once_and_records_one_grade(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.sqlite")
+def test_a_job_moves_queued_running_done_once_and_records_one_grade(target: str | Path) -> None:
+    store = Store(target)
     jid = _submit(store)
     c = store.claim("w0")
     assert c is not None and c.job.id == jid and c.job.state == "running" and c.attempt == 1
@@ -34,8 +41,8 @@ def test_a_job_moves_queued_running_done_once_and_records_one_grade(tmp_path: Pa
         store.finish(jid, 1, state="running", verdict=None, report_json=None, error=None)
 
 
-def test_recover_requeues_running_jobs_and_never_touches_finished_ones(tmp_path: Path) -> None:
-    path = tmp_path / "s.sqlite"
+def test_recover_requeues_running_jobs_and_never_touches_finished_ones(target: str | Path) -> None:
+    path = target
     store = Store(path)
     done, running, queued = _submit(store), _submit(store), _submit(store)
     c = store.claim("w0")
@@ -57,8 +64,8 @@ def test_recover_requeues_running_jobs_and_never_touches_finished_ones(tmp_path:
     assert again.job(done) is not None and again.job(done).grades == 1  # type: ignore[union-attr]
 
 
-def test_requeue_then_failed_after_the_last_attempt(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.sqlite")
+def test_requeue_then_failed_after_the_last_attempt(target: str | Path) -> None:
+    store = Store(target)
     jid = _submit(store)
     c = store.claim("w0")
     assert c is not None and store.requeue(jid, 1, "sandbox_unavailable: no bwrap")
@@ -72,8 +79,8 @@ def test_requeue_then_failed_after_the_last_attempt(tmp_path: Path) -> None:
                              "claims": 2, "grades": 0, "max_grades_per_job": 0}
 
 
-def test_quotas_refuse_active_and_daily_overflow_per_token(tmp_path: Path) -> None:
-    store = Store(tmp_path / "s.sqlite")
+def test_quotas_refuse_active_and_daily_overflow_per_token(target: str | Path) -> None:
+    store = Store(target)
     _submit(store, max_active=1)
     refused = store.submit(token_id="t1", task="x", mode="run", label="", source="s",
                            source_sha="s", view_sha="v", max_active=1, max_per_day=100)
@@ -86,8 +93,8 @@ def test_quotas_refuse_active_and_daily_overflow_per_token(tmp_path: Path) -> No
     _submit(store, "t4", max_per_day=1, now=1000.0 + 86401)  # a day later: room again
 
 
-def test_concurrent_submissions_cannot_overrun_a_quota(tmp_path: Path) -> None:
-    path = tmp_path / "s.sqlite"
+def test_concurrent_submissions_cannot_overrun_a_quota(target: str | Path) -> None:
+    path = target
     Store(path)
     results: list[object] = []
 
@@ -105,8 +112,8 @@ def test_concurrent_submissions_cannot_overrun_a_quota(tmp_path: Path) -> None:
     assert Store(path).counts()["queued"] == 3
 
 
-def test_concurrent_workers_claim_every_job_exactly_once(tmp_path: Path) -> None:
-    path = tmp_path / "s.sqlite"
+def test_concurrent_workers_claim_every_job_exactly_once(target: str | Path) -> None:
+    path = target
     store = Store(path)
     ids = {_submit(store) for _ in range(30)}
     claimed: list[str] = []
@@ -136,3 +143,16 @@ def test_a_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
     sqlite3.connect(p).execute("CREATE TABLE x (a)")
     with pytest.raises(StoreError, match="not a kgrader service store"):
         Store(p)
+
+
+def test_an_accepted_job_becomes_its_tasks_best_in_the_same_commit(target: str | Path) -> None:
+    store = Store(target)
+    assert store.best("vector_add_small") is None
+    for text in ("first = 1\n", "second = 2\n"):
+        _submit(store)
+        c = store.claim("w0")
+        assert c is not None
+        assert store.finish(c.job.id, c.attempt, state="done", verdict="accepted",
+                            report_json="{}", error=None, best_source=text)
+        assert store.best("vector_add_small") == text
+    assert [j.state for j in store.finished("run")] == ["done", "done"]
