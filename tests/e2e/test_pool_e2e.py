@@ -7,6 +7,7 @@ keep each evaluation short.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,3 +125,46 @@ def test_an_expired_warm_sandbox_is_discarded_with_nothing_left() -> None:
     assert not sandbox.staged.root.exists() and not scratch.exists()
     with pytest.raises(InfrastructureError, match="not ready"):
         sandbox.evaluate(_request(CANDIDATES["good"]))
+
+
+SIDE_ATTACK = ATTACKS / "read_other_side_source.py"
+MARKED_CURRENT = Path(__file__).parent / "isolation_candidates" / "current_with_marker.py"
+MARKER = "KGRADER-CURRENT-SECRET-5d41402abc4b2a76"
+
+
+def test_sources_staged_into_a_warm_sandbox_are_each_sides_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/e2e/test_side_sources.py's acceptance run, warm: both runners started before
+    any source existed, the sources staged at the grant. The attack reads neither the current
+    best's source nor the judge's request."""
+    keys: list[bytes] = []
+    real = secrets.token_bytes
+
+    def recorded(n: int | None = None) -> bytes:
+        keys.append(real(n))
+        return keys[-1]
+
+    monkeypatch.setattr(secrets, "token_bytes", recorded)  # the HMAC keys judgecall makes
+    req = EvalRequest.from_paths(TASK, SIDE_ATTACK, MARKED_CURRENT, backend="bwrap",
+                                 device="cpu", policy=RUNTIME_ONLY,
+                                 limits={"compile_s": 90, "run_s": 90, "memory_mib": 2048},
+                                 stages=("compile", "correctness"))
+    sandbox = WarmSandbox(req)
+    report = sandbox.evaluate(req) if _ready(sandbox) else None
+    assert report is not None, sandbox.stderr_tail()
+    text = report.model_dump_json()
+    assert MARKER not in text and keys and all(k.hex() not in text for k in keys), text
+    first = report.errors[0]
+    assert (first.stage, first.code, first.origin) == ("accept", "exception", "candidate"), text
+    account = first.message
+    assert "LEAK" not in account and "HIJACKED" not in account, account
+    for refused in ("open /kg/in/current.py=EACCES", "list /kg/in=EACCES",
+                    "list /kg/out=EACCES", "open /kg/out/.judge-secret.json=EACCES"):
+        assert refused in account, (refused, account)
+
+
+def _ready(sandbox: WarmSandbox, timeout: float = 300) -> bool:
+    end = time.monotonic() + timeout
+    while sandbox.turn.state == "starting" and time.monotonic() < end:
+        time.sleep(0.1)
+    return sandbox.turn.state == "ready"
