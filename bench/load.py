@@ -222,7 +222,12 @@ def attempt(tree: Path, job: Job, timeout: float) -> dict[str, Any]:
         row.update(ok=None, origin="infrastructure", code="no_report",
                    message=(p.stdout + p.stderr)[-600:])
         return row
+    # A failure without a report is the CLI's error document: {ok, error: {code, origin, ...}}
     first = r["errors"][0] if r.get("errors") else None
+    if first is None and isinstance(r.get("error"), dict):
+        first = {"stage": "cli", "code": r["error"].get("code"),
+                 "origin": r["error"].get("origin") or "infrastructure",
+                 "message": str(r["error"].get("message", ""))}
     timing = r.get("timing") or {}
     esc = timing.get("escape") or {}
     acc = r.get("acceptance") or {}
