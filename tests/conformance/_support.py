@@ -216,7 +216,7 @@ class Host:
             policy=str(RUNTIME_ONLY),
             limits={**SLOW_OK, **(limits or {})},
             stages=stages,
-            shape_kinds=shape_kinds,  # type: ignore[arg-type]
+            shape_kinds=shape_kinds,
             work_dir=self.work / "evals",
         )
         return evaluate(req)

@@ -17,28 +17,6 @@ import pytest
 from grader.errors import SandboxUnavailableError
 
 from ._support import BACKENDS, HERE, Host, Sentinel, backend_object
-from .standin_launch import StandinLaunch, using_real_launcher
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _judge_under_a_launcher() -> Iterator[None]:
-    """Every evaluation starts its judge through a launcher, as in production.
-
-    The backends run ``SandboxSpec.argv`` unchanged as uid 0 with the launch capabilities;
-    until ``sandbox/launcher/launch.py`` exists (and the pipeline passes it), the judge's argv is
-    wrapped in the test stand-in (:mod:`.standin_launch`) so the judge runs as uid 65534.
-    """
-    import grader.evaluate as evaluate_module
-
-    if using_real_launcher():
-        yield
-        return
-    real = evaluate_module.select_backend
-    mp = pytest.MonkeyPatch()
-    mp.setattr(evaluate_module, "select_backend",
-               lambda name, device: StandinLaunch(real(name, device)))
-    yield
-    mp.undo()
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

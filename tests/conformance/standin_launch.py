@@ -1,11 +1,14 @@
-"""A minimal stand-in for ``sandbox/launcher/launch.py``, for tests only, until the real one exists.
+"""The launcher's privilege drop for test snippets (tests only).
 
-It checks the privilege contract every backend must give the sandbox's first process
-(uid 0, effective = permitted = bounding = CAP_SETUID|CAP_SETGID|CAP_SYS_ADMIN,
-``no_new_privs``), then does what the launcher does before the judge runs: clear the
-ambient and inheritable sets, take the supplementary groups in ``KGRADER_DEVICE_GIDS``,
-switch to uid/gid 65534 (which empties the permitted and effective sets) and exec its
-arguments. It fails closed (exit 121) when the contract does not hold.
+The backends start the sandbox's first process as uid 0 holding only the launch
+capabilities; in production that process is ``sandbox/launcher/launch.py``, which drops them
+and execs the judge. A conformance test that runs its own snippet instead (no judge) runs it
+through this stand-in: it checks the privilege contract every backend must give (uid 0,
+effective = permitted = bounding = CAP_SETUID|CAP_SETGID|CAP_SYS_ADMIN, ``no_new_privs``),
+then clears the ambient and inheritable sets, takes the supplementary groups in
+``KGRADER_DEVICE_GIDS``, switches to uid/gid 65534 (which empties the permitted and
+effective sets) and execs its arguments. It fails closed (exit 121) when the contract does
+not hold.
 
 It travels as ``python3 -c SOURCE ARGV...``: the backends run argv unchanged, so nothing
 needs to be installed in the sandbox.
@@ -13,15 +16,7 @@ needs to be installed in the sandbox.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
-
 CONTRACT_BROKEN = 121
-JUDGE_ARGV = ("python3", "-m", "sandbox.judge.main")
-LAUNCH_ARGV = ("python3", "-m", "sandbox.launcher.launch")
-REAL_LAUNCHER = Path(__file__).resolve().parents[2] / "sandbox" / "launch.py"
 
 SOURCE = r"""
 import ctypes, os, sys
@@ -55,37 +50,5 @@ os.execv(argv[0], argv)
 
 
 def launch_argv(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """``argv`` as the sandbox's first process should run it.
-
-    The real launcher's argv passes unchanged once ``sandbox/launcher/launch.py`` exists; anything
-    else (the judge, a test snippet) runs under the stand-in.
-    """
-    if argv[:3] == LAUNCH_ARGV and REAL_LAUNCHER.is_file():
-        return argv
+    """``argv`` (a test snippet) as the sandbox's first process runs it: under the stand-in."""
     return ("python3", "-c", SOURCE, *argv)
-
-
-class StandinLaunch(SandboxBackend):
-    """A backend that runs every spec under :func:`launch_argv`; otherwise the inner one."""
-
-    def __init__(self, inner: SandboxBackend) -> None:
-        self.inner = inner
-        self.name = inner.name
-
-    def check_available(self, device: str) -> None:  # type: ignore[override]
-        self.inner.check_available(device)  # type: ignore[arg-type]
-
-    def python(self) -> str:
-        return self.inner.python()
-
-    def run(self, spec: SandboxSpec) -> SandboxOutcome:
-        from dataclasses import replace
-
-        return self.inner.run(replace(spec, argv=launch_argv(spec.argv)))
-
-    def cleanup(self) -> int:
-        return self.inner.cleanup()
-
-
-def using_real_launcher() -> bool:
-    return REAL_LAUNCHER.is_file() and os.environ.get("KGRADER_TEST_STANDIN") != "1"

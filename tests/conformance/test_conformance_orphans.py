@@ -22,14 +22,14 @@ import pytest
 
 from grader.backends.cleanup import read_marker
 
-from ._support import HERE, REPO, RUNTIME_ONLY, TASK, Host
+from ._support import REPO, RUNTIME_ONLY, TASK, Host
 
-CLI = HERE / "kgrader_cli.py"
+CLI = ("-m", "grader.cli")  # the real command line, as a user runs it
 
 
 def _kgrader(args: list[str], tmpdir: Path, **kw: Any) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmpdir)}
-    return subprocess.Popen([sys.executable, str(CLI), *args], env=env, cwd=REPO,
+    return subprocess.Popen([sys.executable, *CLI, *args], env=env, cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
 
 
@@ -71,7 +71,7 @@ def _cgroups_of(pid: int) -> list[Path]:
 def _cleanup(tmpdir: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
-        [sys.executable, str(CLI), "sandbox", "cleanup", "--temp-dir", str(tmpdir), "--json"],
+        [sys.executable, *CLI, "sandbox", "cleanup", "--temp-dir", str(tmpdir), "--json"],
         env=env, cwd=REPO, capture_output=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr.decode()[-3000:]
