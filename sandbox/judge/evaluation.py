@@ -10,13 +10,14 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from sandbox.contract.text import clean
 from sandbox.contract.wire import (
     WIRE_VERSION,
+    AcceptanceRecord,
     CorrectnessRecord,
     DiagnosticsRecord,
     ErrorStage,
@@ -24,6 +25,7 @@ from sandbox.contract.wire import (
     JudgeRequest,
     Record,
     TaskWire,
+    TimingRecord,
 )
 from sandbox.judge import prestart
 from sandbox.judge.checks import check_outputs, track
@@ -38,6 +40,9 @@ from sandbox.judge.sides import MIN_WAIT_S, Side, open_sides
 from sandbox.launcher.proc import RunnerFailure
 from sandbox.problem.host import make_problem
 from sandbox.problem.tensors import Guards, Slot, poison, same_bytes, total_bytes
+
+if TYPE_CHECKING:
+    from sandbox.tools.nvml import Nvml
 
 # One answer of a runner is never waited for less than MIN_WAIT_S (sandbox.judge.sides) nor less
 # than WAIT_FACTOR times its longest answer so far.
@@ -68,14 +73,14 @@ class Evaluation:
         self.answer_s = 0.0  # the candidate's answers' round trips in the current stage
         self.compile_s: float | None = None
         self.correctness: dict[str, Any] = {}
-        self.timing: Any = None
-        self.acceptance: Any = None
+        self.timing: TimingRecord | None = None
+        self.acceptance: AcceptanceRecord | None = None
         self.calibration: dict[str, Any] | None = None
         self.diagnostics: DiagnosticsRecord | None = None  # sandbox/tools/profiling.py
         self.phases: dict[str, float] = {}
         self.started_wall: float | None = None
         self.runners_opened = 0
-        self.nvml_handle: Any = None  # sandbox.judge.isolation's, opened on first use
+        self.nvml_handle: Nvml | None = None  # sandbox.judge.isolation's, opened on first use
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         # The trusted reference, for the task's contract (sandbox.problem.base, sandbox.problem.field):
@@ -86,7 +91,7 @@ class Evaluation:
         self.nbytes = max(total_bytes(self.problem.layout(d)) for d in all_dims)
 
     # ---- device --------------------------------------------------------------------
-    def nvml(self) -> tuple[Any, str]:
+    def nvml(self) -> tuple[Nvml | None, str]:
         """NVML for clocks/power/throttle per block, or the reason it is unavailable."""
         if self.dev != "cuda":
             return None, "no NVML on the CPU"
