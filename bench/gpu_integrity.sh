@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Verdict integrity on one GPU (nvidia-h200): both kinds of wrong verdict, in one device call.
-#   1. every legit kernel of tests/legit, plainly and through the runner's twins (autotuned
-#      ones included: they need the GPU), outputs compared bit for bit;
-#   2. honest evaluations: the examples' good candidates, alone and against themselves
-#      (paired acceptance), on bwrap with the GPU;
-#   3. every runtime attack (tests/attacks/runtime, scan off: tests/policies/runtime-only.toml)
-#      on examples/vector_add, three at a time;
-#   4. the returned-output attacks (tests/attacks/returned) on an imported KernelBench ReLU;
-#   5. the GPU tests (tests/e2e/test_gpu.py).
-# Everything lands in $OUT/integrity.tgz (summary.txt holds one line per run).
-# SECTIONS (default "legit honest attacks returned pytest") picks parts; HONEST_MODES
-# ("alone paired") the honest runs; PYTEST_K a -k filter for the GPU tests; GM_PROBLEMS and
-# GM_SUBMISSIONS (a glob, default *) the GPU MODE replicas graded.
-# Usage on the device: OUT=... bash bench/gpu_integrity.sh
+# kgrader's GPU session driver: one device call, in parts (SECTIONS), on one GPU (nvidia-h200).
+#   legit     every legit kernel of tests/legit, plainly and through the runner's twins
+#             (autotuned ones included), outputs compared bit for bit;
+#   honest    the examples' good candidates, alone and against themselves (paired acceptance);
+#   attacks   every runtime attack (tests/attacks/runtime, scan off) on examples/vector_add;
+#   returned  the returned-output attacks (tests/attacks/returned) on an imported KernelBench ReLU;
+#   gpumode   the GPU MODE replicas (GM_PROBLEMS, GM_SUBMISSIONS: a glob, default *);
+#   field     every KernelBench and GPU MODE example problem imported, each shipped submission
+#             graded (FIELD_J at once, FIELD_PROBLEMS to narrow, DEVICE to try it on a CPU);
+#   calibration  bench/calibration.py with CAL_ARGS (A/A decisions, power, cheats, overhead);
+#   leaderboard  bench/leaderboard.py with LB_ARGS (throughput on the examples' mix);
+#   pytest    the GPU tests (tests/e2e/test_gpu.py; PYTEST_K a -k filter, PYTEST_S a limit).
+# Default SECTIONS: "legit honest attacks returned pytest". Everything lands in
+# $OUT/integrity.tgz; summary.txt holds one line per run.
+# Usage on the device, in a git archive of the commit: OUT=... SECTIONS=... bash bench/gpu_integrity.sh
 set -u
 source bench/gpu_env.sh || exit 1
 export PATH="$PWD/.gpu/bin:$(dirname "$(command -v python3)"):$PATH"
@@ -83,6 +84,49 @@ for P in ${GM_PROBLEMS:-prefixsum histogram vectoradd_out}; do
     echo "gpumode $n rc=$? $(verdict "$R/gm/$n.json")" >> "$S"
   done
 done
+fi
+
+grade_field() {  # kind problem-dir submission -> one summary line (imports done before)
+  local kind=$1 P=$2 f=$3 n; n="$(basename "$P" .py)_$(basename "$f" .py)"
+  timeout 200 python3 -m grader.cli run "$R/field/$kind/$(cat "$R/field/$kind/$(basename "$P" .py).task")" "$f" \
+      --backend bwrap --device "${DEVICE:-cuda}" --json > "$R/field/$kind/$n.json" 2> "$R/field/$kind/$n.err"
+  echo "field $kind $n rc=$? $(verdict "$R/field/$kind/$n.json")" >> "$R/field/lines.txt"
+}
+if on field; then  # every shipped submission of the field examples: good passes, wrong/cheat fail
+mkdir -p "$R/field/kernelbench" "$R/field/gpumode"
+for P in ${FIELD_PROBLEMS:-examples/field/kernelbench/problems/*.py examples/field/gpumode/*/}; do
+  case $P in *kernelbench*) kind=kernelbench;; *) kind=gpumode;; esac
+  [[ $kind == gpumode && ! -f $P/task.yml ]] && continue
+  b=$(basename "$P" .py); t0=$(date +%s)
+  before=$(ls "$R/field/$kind" | sort)
+  timeout 200 python3 -m grader.cli task import $kind "$P" --out "$R/field/$kind" --backend bwrap \
+      --device "${DEVICE:-cuda}" > "$R/field/$kind/import_$b.log" 2>&1
+  rc=$?; new=$(comm -13 <(echo "$before") <(ls "$R/field/$kind" | sort) | grep -v "^import_" | head -1)
+  echo "$new" > "$R/field/$kind/$b.task"
+  echo "field import $kind $b rc=$rc $(( $(date +%s) - t0 ))s" >> "$S"
+done
+i=0
+for P in ${FIELD_PROBLEMS:-examples/field/kernelbench/problems/*.py examples/field/gpumode/*/}; do
+  case $P in *kernelbench*) kind=kernelbench; subs=examples/field/kernelbench/submissions/$(basename "$P" .py);;
+             *) kind=gpumode; subs=$P/submissions;; esac
+  [[ -s "$R/field/$kind/$(basename "$P" .py).task" ]] || continue
+  for f in "$subs"/*.py; do
+    grade_field $kind "$P" "$f" & i=$((i + 1)); (( i % ${FIELD_J:-3} == 0 )) && wait
+  done
+done
+wait; sort "$R/field/lines.txt" >> "$S"
+fi
+
+if on calibration; then
+timeout "${CAL_S:-400}" python3 bench/calibration.py --device cuda ${CAL_ARGS:---parts decisions --scenarios aa} \
+    --out "$R/calibration.json" > "$R/calibration.txt" 2>&1
+echo "calibration rc=$? $(tail -6 "$R/calibration.txt" | tr '\n' '|')" >> "$S"
+fi
+
+if on leaderboard; then
+timeout "${LB_S:-400}" python3 bench/leaderboard.py --device cuda ${LB_ARGS:---quick} \
+    > "$R/leaderboard.txt" 2>&1
+echo "leaderboard rc=$? $(tail -3 "$R/leaderboard.txt" | tr '\n' '|')" >> "$S"
 fi
 
 if on pytest; then
