@@ -23,35 +23,15 @@ belongs to this mechanism, the lists are data.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from grader.scan.allowlist import ATTRIBUTE_RULE
 from grader.scan.foreign import FOREIGN_ATTRIBUTES
 from grader.scan.matchers import Hit
 from grader.scan.names import BUILTIN_NAMES, is_dunder
 from grader.scan.scopes import bound_in
-
-if TYPE_CHECKING:
-    from grader.scan.python_ast import Walker
+from grader.scan.walk import Walker
 
 RULE = ATTRIBUTE_RULE
-
-
-@dataclass
-class Pending:
-    """What the walk learns about attributes: names the file defines, and the uses that
-    are allowed only if the file defines them (decided once the whole file is seen, since
-    a method may use ``self.block`` above the ``__init__`` that assigns it)."""
-
-    own: set[str] = field(default_factory=set)
-    uses: list[tuple[str, int, int, bool]] = field(default_factory=list)  # name, line, col, kernel
-    # Names bound to a value somewhere (a parameter, an assignment that is not a module
-    # alias, a loop or except target ...): the alias table has no scopes, so a module alias
-    # of the same name (``import math as out``; ``def launch(x, y, out)``) proves nothing.
-    values: set[str] = field(default_factory=set)
-    alias_targets: set[int] = field(default_factory=set)  # id() of `t` in `t = torch`
-    through_alias: list[tuple[str, str, int, int, bool]] = field(default_factory=list)
 
 
 def definable(name: str) -> bool:

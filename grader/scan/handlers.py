@@ -9,15 +9,12 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from grader.scan import attributes, native
 from grader.scan.formats import walking_fields
 from grader.scan.matchers import Hit
 from grader.scan.names import BUILTIN_NAMES, is_dunder
-
-if TYPE_CHECKING:
-    from grader.scan.python_ast import Walker
+from grader.scan.walk import Walker
 
 __all__ = ["BUILTIN_NAMES", "HANDLERS"]
 JIT_DECORATORS = frozenset({
@@ -39,8 +36,7 @@ _DUNDER_TOKEN = re.compile(r"__[A-Za-z0-9]\w*?__")
 # body (where a binding is also a class attribute, reachable as C.name).
 JIT, TRY, INNER, DISCARD, CLASS = 1, 2, 4, 8, 16
 
-Pieces = list[tuple[str, int]]
-Handler = Callable[["Walker", ast.AST, int], int]
+Handler = Callable[[Walker, ast.AST, int], int]
 
 
 def _is_str(node: ast.AST) -> bool:

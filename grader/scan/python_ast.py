@@ -20,7 +20,6 @@ import ast
 
 from grader.report.model import Finding
 from grader.scan import attributes
-from grader.scan.attributes import Pending
 from grader.scan.handlers import (
     ATTR_SETTERS,
     BUILTIN_NAMES,
@@ -30,10 +29,10 @@ from grader.scan.handlers import (
     INNER,
     JIT_DECORATORS,
     TRY,
-    Pieces,
 )
 from grader.scan.matchers import Compiled, Hit
 from grader.scan.scopes import shadowed_loads
+from grader.scan.walk import Pending, Pieces
 
 
 class Walker:

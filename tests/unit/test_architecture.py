@@ -70,8 +70,6 @@ LAZY_EDGES = {
 # TYPE_CHECKING imports that still close a loop, each an annotation of the module that
 # calls back (a Protocol or a split removes them; the test below keeps the list honest).
 ANNOTATION_CYCLE_EDGES = {
-    ("grader.scan.handlers", "grader.scan.python_ast"): "the Walker the handlers serve",
-    ("grader.scan.attributes", "grader.scan.python_ast"): "the Walker the checks serve",
     ("sandbox.judge.isolation", "sandbox.judge.evaluation"): "the evaluation hub (issue 25, item 2)",
     ("sandbox.judge.isolation", "sandbox.judge.sides"): "Side, whose calls it checks",
     ("sandbox.judge.outputs", "sandbox.judge.evaluation"): "the evaluation hub (issue 25, item 2)",
