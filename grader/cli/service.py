@@ -53,6 +53,9 @@ def register(cli: click.Group) -> None:
               help="Seconds between the live board's reloads.")
 @click.option("--seed-secret", type=click.Path(path_type=Path),
               help="Secret of the leaderboard entries' seeds (default: one kept in --data).")
+@click.option("--warm", type=int, default=0, show_default=True,
+              help="Warm sandboxes kept ready per task template (each used once, refilled "
+                   "behind; ~1 GB each); 0 grades every job cold.")
 @click.option("--db", envvar=DB_ENV, default=None,
               help=f"A postgresql:// URL for the store (or ${DB_ENV}); default: SQLite in --data.")
 @click.pass_context
@@ -60,7 +63,7 @@ def register(cli: click.Group) -> None:
 def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str, port: int,
           backend: str, device: str, workers: int | None, max_source_bytes: int,
           max_attempts: int, read_per_min: float, board_refresh: int,
-          seed_secret: Path | None, db: str | None) -> None:
+          seed_secret: Path | None, warm: int, db: str | None) -> None:
     """Serve the grading API and the live board (until SIGINT/SIGTERM)."""
     ctx.obj = (data_dir, db)
     if ctx.invoked_subcommand is not None:
@@ -73,7 +76,8 @@ def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str,
     cfg = ServiceConfig(tasks_dir=tasks_dir, data_dir=data_dir, backend=backend, device=device,
                         workers=workers, max_source_bytes=max_source_bytes,
                         max_attempts=max_attempts, read_per_min=read_per_min,
-                        board_refresh_s=board_refresh, seed_secret=seed_secret, db=db)
+                        board_refresh_s=board_refresh, seed_secret=seed_secret, db=db,
+                        warm=warm)
     click.echo(f"kgrader serve: http://{host}:{port}/ (board at /board/)", err=True)
     run_server(cfg, host, port)
 

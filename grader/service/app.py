@@ -25,7 +25,7 @@ import hmac
 import json
 import re
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -57,8 +57,10 @@ class Service:
 
     def __init__(self, store: Store, tasks: dict[str, ServiceTask], workers: Workers,
                  board: Board, *, max_source_bytes: int, max_request_bytes: int,
-                 read_per_min: float, board_refresh_s: int):
+                 read_per_min: float, board_refresh_s: int,
+                 on_stop: Callable[[], None] | None = None):
         self.store, self.tasks, self.workers, self.board = store, tasks, workers, board
+        self.on_stop = on_stop  # after the workers stopped (e.g. close a warm pool)
         self.max_source_bytes, self.max_request_bytes = max_source_bytes, max_request_bytes
         self.read_per_min, self.board_refresh_s = read_per_min, board_refresh_s
         self.limiter = RateLimiter()
@@ -300,6 +302,8 @@ def make_app(svc: Service) -> Starlette:
         svc.workers.start()
         yield
         svc.workers.stop()
+        if svc.on_stop is not None:
+            svc.on_stop()
 
     routes = [
         Route("/", lambda r: RedirectResponse("/board/")),

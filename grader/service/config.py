@@ -37,12 +37,15 @@ class ServiceConfig:
     board_refresh_s: int = 5
     seed_secret: Path | None = None
     db: str | None = None  # a postgresql:// URL; None: SQLite in data_dir
+    warm: int = 0  # warm sandboxes kept per template (grader.pool); 0: every job cold
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_source_bytes <= MAX_BYTES:
             raise UsageError(f"--max-source-bytes must be between 1 and {MAX_BYTES}")
         if self.workers is not None and self.workers < 1:
             raise UsageError("--workers must be at least 1")
+        if self.warm < 0:
+            raise UsageError("--warm must be 0 (cold) or more")
         if self.max_attempts < 1:
             raise UsageError("--max-attempts must be at least 1")
         if self.db is not None and not is_url(self.db):

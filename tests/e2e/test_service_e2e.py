@@ -195,3 +195,27 @@ def test_the_live_board_shows_a_leaderboard_entry_and_its_report_only_by_its_lin
     assert requests.get(f"{server.url}/v1/submissions/{job_id}/report",
                         headers={"Authorization": f"Bearer {other}"}, timeout=30).status_code == 404
     assert requests.get(f"{server.url}/board/eval/x.html", timeout=30).status_code == 403
+
+
+def test_a_server_with_a_warm_pool_grades_as_the_cold_path_and_uses_a_warm_sandbox(
+        tmp_path: Path) -> None:
+    backend_or_skip("bwrap")
+    srv = Server(tmp_path, "--warm", "1")
+    try:
+        tok = srv.token("alice")
+        srv.start()
+        first = _kgrader("submit", "--server", srv.url, "--json", TASK.name,
+                         str(TASK / "candidates" / "good.py"), token=tok)
+        assert first.returncode == 0, first.stdout + first.stderr  # cold: the pool starts
+        second = _kgrader("submit", "--server", srv.url, "--json", TASK.name,
+                          str(TASK / "candidates" / "wrong.py"), token=tok)
+        assert second.returncode == 1, second.stdout + second.stderr
+        result = json.loads(second.stdout)
+        assert result["submission"]["verdict"] == "failed"
+        assert result["report"]["errors"][0]["stage"] == "correctness"
+        phases = result["report"]["sandbox"]["phases"]
+        assert "warm_idle" in phases, f"the second job was not graded warm: {phases}"
+    finally:
+        srv.stop(signal.SIGTERM)
+        srv.stop(signal.SIGKILL)
+    assert srv.proc is not None and srv.proc.returncode in (0, 143, -signal.SIGKILL)
