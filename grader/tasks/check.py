@@ -265,11 +265,12 @@ def verify_import(task: ImportedTask, *, backend: str = "auto", device: str = "a
     bad_tune = [s for s in rep.shapes if s["kind"] == "tune" and "error" in s]
     big = [s for s in bad_tune if "memory_needed_mib" in s]
     if big and not loads:  # the judge's own refusal, with its figures
-        need = int(big[0]["memory_needed_mib"]) + INTERPRETERS_MIB
-        raise CheckLimitError(f"{task.source}: {big[0]['dims']}: {big[0]['error']}",
-                              hint=f"--memory-mib {need} or more (the copies, plus ~"
-                                   f"{INTERPRETERS_MIB} MiB for the judge's and the problem's "
-                                   "Python and torch)")
+        need = int(big[0]["memory_needed_mib"])
+        hint = (f"--memory-mib {need + INTERPRETERS_MIB} or more (the copies, plus ~"
+                f"{INTERPRETERS_MIB} MiB for the judge's and the problem's Python and torch)"
+                if big[0].get("memory_kind") != "gpu" else
+                f"a device with more than {need} MiB free, or limits.gpu_memory_mib above it")
+        raise CheckLimitError(f"{task.source}: {big[0]['dims']}: {big[0]['error']}", hint=hint)
     if loads or bad_tune:
         why = loads[0].detail if loads else f"{bad_tune[0]['dims']}: {bad_tune[0]['error']}"
         raise TaskError(f"{task.source}: the problem's reference fails on its own sizes: {why}")

@@ -65,11 +65,8 @@ def run_check(req: JudgeRequest) -> Record:
     env = device_environment(req.device)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    limit = (req.limits.memory_mib or 0) * MIB
-    if dev == "cuda" and req.limits.gpu_memory_mib:
-        limit = req.limits.gpu_memory_mib * MIB
-    _log(f"problem setup on {dev}"
-         + (f" (memory limit {limit // MIB} MiB)" if limit else ""))
+    limit, label = _memory_limit(req, dev)
+    _log(f"problem setup on {dev}" + (f" ({label} {limit // MIB} MiB)" if limit else ""))
     try:
         problem = make_problem(task, req.reference, dev, rng)
     except Exception as e:
@@ -78,11 +75,26 @@ def run_check(req: JudgeRequest) -> Record:
     shapes = [("tune", d) for d in task.tune] + [("hidden", d) for d in task.hidden]
     try:
         results = [_check_shape(problem, kind, dims, rng.getrandbits(62), task.correctness,
-                                limit) for kind, dims in shapes]
+                                limit, label) for kind, dims in shapes]
     finally:
         problem.close()
     return Record(wire_version=WIRE_VERSION, stage=None, errors=(), warnings=(), device=req.device,
                   environment=env, check={"shapes": results, "memory_limit_mib": limit // MIB})
+
+
+def _memory_limit(req: JudgeRequest, dev: str) -> tuple[int, str]:
+    """Where the check's tensors live, and how much room they have there: on the CPU the
+    sandbox's memory limit; on CUDA the GPU memory limit, else the device's memory (the
+    host's limit does not bound tensors on the device)."""
+    if dev != "cuda":
+        return (req.limits.memory_mib or 0) * MIB, "memory limit"
+    if req.limits.gpu_memory_mib:
+        return req.limits.gpu_memory_mib * MIB, "GPU memory limit"
+    try:
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    except Exception:  # no figure: no refusal, the device's own OOM says it
+        return 0, "GPU memory"
+    return int(total), "GPU memory"
 
 
 def _log(msg: str) -> None:
@@ -98,7 +110,7 @@ def _error(e: BaseException) -> ErrorWire:
 
 
 def _check_shape(problem: Problem, kind: str, dims: dict[str, int], seed: int,
-                 c: Any, limit: int) -> dict[str, Any]:
+                 c: Any, limit: int, label: str) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": kind, "dims": dict(dims)}
     where = f"{kind} {dims}"
     try:
@@ -110,11 +122,11 @@ def _check_shape(problem: Problem, kind: str, dims: dict[str, int], seed: int,
                           for s in slots]
         out["non_tensor_inputs"] = _plain_values(problem.call_data(slots))
         if limit and nbytes * HELD_COPIES > limit:
-            out["error"] = (f"memory limit {limit // MIB} MiB: this shape's tensors take "
+            out["error"] = (f"{label} {limit // MIB} MiB: this shape's tensors take "
                             f"{nbytes / MIB:.1f} MiB and the check holds about {HELD_COPIES} "
-                            f"copies (~{nbytes * HELD_COPIES / MIB:.0f} MiB); give it more "
-                            "with --memory-mib")
+                            f"copies (~{nbytes * HELD_COPIES / MIB:.0f} MiB)")
             out["memory_needed_mib"] = math.ceil(nbytes * HELD_COPIES / MIB)
+            out["memory_kind"] = "gpu" if label.startswith("GPU") else "host"
             return out
         _log(f"{where}: reference ({nbytes / MIB:.1f} MiB of tensors)")
         t0 = time.perf_counter()
@@ -143,7 +155,7 @@ def _check_shape(problem: Problem, kind: str, dims: dict[str, int], seed: int,
     wide_bytes = _wide_bytes(slots)
     if limit and (nbytes * HELD_COPIES + 2 * wide_bytes) > limit:
         out["float64_skipped"] = (f"a float64 evaluation needs ~{wide_bytes / MIB:.0f} MiB more "
-                                  f"twice over, beyond the memory limit {limit // MIB} MiB")
+                                  f"twice over, beyond the {label} {limit // MIB} MiB")
         return out
     try:
         _log(f"{where}: float64 reference ({wide_bytes / MIB:.1f} MiB widened)")
