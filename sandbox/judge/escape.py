@@ -46,7 +46,7 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
         # the runner descheduled between its clock and its reply); a tampered clock (the
         # runtime attack slows it 100x) hides 99%.
         budget = max(2.0, 0.9 * (_median(judge_ms) - _median(noop_overhead)))
-        noise = 0.0
+        noise = _noise(judge_ms, ms, noop_overhead)
     else:
         # The judge's round trip on a GPU (two pipe wake-ups across uids, three device
         # syncs, the flush) took 0.5-0.9 ms per call on an H200; with 10 calls its median
@@ -61,7 +61,17 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
     out: dict[str, Any] = {"hidden_ms": hidden, "budget_ms": budget, "escaped": hidden > budget,
                            "flagged": sum(1 for j, m in zip(judge_ms, ms, strict=True)
                                           if j - m > 2 * (_median(noop_overhead) + budget))}
-    if noise:
+    if device == "cpu":
+        # Over the budget by less than four standard errors of the estimate: a loaded host's
+        # round trips can make that (a 2-core host at load 37: 10.91 ms hidden against
+        # 10.10 ms, of a call the runner timed at 0.3 ms, in 20 calls), so it is no evidence
+        # against the candidate -- nor a pass: timing_unreliable, retried. What passed
+        # before passes now; what is further over the budget than the noise explains is
+        # still work_escaped_timing.
+        out["noise_ms"] = noise
+        out["unreliable"] = hidden > budget and hidden <= budget + 4.0 * noise
+        out["escaped"] = hidden > budget + 4.0 * noise
+    elif noise:
         out["noise_ms"] = noise
         # A round trip too noisy to bound the runner's events by even NOISE_CAP_MS: not
         # evidence against the candidate (a loaded host makes it), but no pass either; a
