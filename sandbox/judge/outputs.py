@@ -10,6 +10,7 @@ of the same bytes.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,9 @@ def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, sta
                     deadline: float, call_ms: float) -> None:
     """Have the runner copy the call's returned tensors into the output slots."""
     outs = [s for s in slots if s.role == "output"]
+    timed = stage in ("benchmark", "accept")
+    pid = side.runner.proc.pid
+    cpu0 = runner_cpu_ms(pid) if timed and ev.dev == "cpu" else None
     t0 = time.perf_counter()
     try:
         side.runner.request({"op": "collect", "outs": [s.wire() for s in outs], "buf": buf},
@@ -43,7 +47,8 @@ def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, sta
     except RunnerFailure as e:
         raise ev.failure(stage, e) from None
     collect_ms = (time.perf_counter() - t0) * 1e3
-    if stage not in ("benchmark", "accept"):
+    cpu1 = runner_cpu_ms(pid) if cpu0 is not None else None
+    if not timed:
         return
     views = side.views(outs, buf)
     t1 = time.perf_counter()
@@ -56,6 +61,14 @@ def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, sta
     bound = floor + FACTOR * own_ms
     if collect_ms <= bound:
         return
+    # On the CPU the kernel's account of the runner's CPU time (all its threads, the exited
+    # ones too) tells waiting from working: work deferred into the copy is computation in
+    # the runner, the only process candidate code runs in. A copy that charged the runner
+    # less than half the floor (clock ticks: +-2 ticks of rounding) deferred no more work
+    # than the floor allows, however long a loaded host kept it from a core (a loaded 2-core
+    # host: an honest 256-int copy took 64.6 ms wall against a 25.4 ms bound).
+    if cpu0 is not None and cpu1 is not None and cpu1 - cpu0 < floor / 2:
+        return
     # Over the bound: measure the machine now (an empty round trip to the same runner)
     # before any verdict. On a loaded 2-core host honest copies took 28-200 ms against
     # ~25 ms. Since the returned value is reduced to plain tensors inside the timed call and
@@ -63,7 +76,8 @@ def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, sta
     # copy is evidence of load first.
     rt = ev.noop(side, stage)[0]
     detail = {"collect_ms": collect_ms, "bound_ms": bound, "call_ms": call_ms,
-              "empty_round_trip_ms": rt}
+              "empty_round_trip_ms": rt,
+              "runner_cpu_ms": None if cpu0 is None or cpu1 is None else cpu1 - cpu0}
     if collect_ms <= bound + NOISE_FACTOR * rt:
         return
     if rt > floor / 2:
@@ -77,6 +91,17 @@ def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, sta
                        f"{call_ms:.3f} ms; bound {bound:.3f} ms; an empty round trip {rt:.3f} ms): "
                        "work was deferred past the timed call into the untimed copy",
                        detail=detail)
+
+
+def runner_cpu_ms(pid: int) -> float | None:
+    """CPU time the kernel charged to process ``pid`` so far (user + system, every thread,
+    exited threads included), ms; ``None`` when unreadable. Clock-tick resolution."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1e3 / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def verify_outputs(ev: Evaluation, slots: list[Slot], inputs: dict[str, torch.Tensor],
