@@ -130,3 +130,27 @@ def test_impossible_claims_are_refused_on_every_device() -> None:
         assert claim_problem(-0.1, 1.0, 1.0, device) is not None
         assert claim_problem(float("nan"), 1.0, 1.0, device) is not None
         assert "round trip" in (claim_problem(2.0, 2.0, judge_ms=1.0, device=device) or "")
+
+
+def test_a_tiny_cpu_call_over_the_budget_within_the_noise_is_unreliable_not_escaped() -> None:
+    """A 2-core host at load 37: an honest call the runner timed at 0.3 ms, 20 calls whose
+    round trips and empty calls' overheads spread over 5-40 ms; the medians differ by more
+    than the 2 ms budget by chance. Not evidence against the candidate, and no pass."""
+    rng = random.Random(5)
+    ms = [0.3] * 20
+    judge = [0.3 + 14.0 + rng.expovariate(1 / 8.0) for _ in range(20)]
+    overhead = [5.0 + rng.expovariate(1 / 8.0) for _ in range(20)]
+    out = escaped_time(ms, judge, overhead, "cpu")
+    assert out["hidden_ms"] > out["budget_ms"], out  # over the budget ...
+    assert not out["escaped"] and out["unreliable"], out  # ... but within its noise
+
+
+def test_a_slowed_clock_is_still_flagged_beside_a_noisy_round_trip() -> None:
+    """The timer-patch attack (claims 1% of a 40 ms call) on a host with a few ms of jitter:
+    far more over the budget than the noise explains."""
+    rng = random.Random(6)
+    true = _noisy(40.0, 20, rng, 5.0)
+    judge = [t + 2.0 + rng.uniform(0, 3.0) for t in true]
+    overhead = _noisy(2.0, 20, rng, 3.0)
+    out = escaped_time([t / 100 for t in true], judge, overhead, "cpu")
+    assert out["escaped"] and not out["unreliable"], out
