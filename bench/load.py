@@ -242,8 +242,12 @@ def attempt(tree: Path, job: Job, timeout: float) -> dict[str, Any]:
     return row
 
 
-def grade(tree: Path, job: Job, retries: int, timeout: float, sink: Sink) -> Outcome:
+def grade(tree: Path, job: Job, retries: int, timeout: float, sink: Sink,
+          stop_at: float = float("inf")) -> Outcome:
     out = Outcome(job, "no_verdict")
+    if time.monotonic() > stop_at:
+        out.verdict = "not_started"
+        return out
     for n in range(retries + 1):
         row = attempt(tree, job, timeout)
         row["attempt"] = n
@@ -276,6 +280,9 @@ class Sink:
 
 
 def summarise(outcomes: list[Outcome], meta: dict[str, Any]) -> dict[str, Any]:
+    skipped = sum(o.verdict == "not_started" for o in outcomes)
+    outcomes = [o for o in outcomes if o.verdict != "not_started"]
+    meta = {**meta, "not_started_at_max_wall": skipped}
     honest = [o for o in outcomes if o.job.kind == "honest"]
     cheats = [o for o in outcomes if o.job.kind == "cheat"]
     retried = [a for o in outcomes for a in o.attempts[:-1]] + \
@@ -324,6 +331,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800.0, help="per attempt, seconds")
     ap.add_argument("--snapshot", action="store_true", help="grade with a copy of HEAD")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--max-wall-s", type=float, default=None,
+                    help="start no evaluation after this many seconds (the summary says how "
+                         "many were not started)")
     a = ap.parse_args()
     day = datetime.now(UTC).strftime("%Y-%m-%d-%H%M")
     out = a.out or REPO / "bench" / "results" / f"load-{day}.jsonl"
@@ -344,8 +354,10 @@ def main() -> None:
         sink = Sink(out)
         started = datetime.now(UTC).isoformat(timespec="seconds")
         t0 = time.monotonic()
+        stop_at = t0 + a.max_wall_s if a.max_wall_s else float("inf")
         with ThreadPoolExecutor(a.parallel) as pool:
-            outcomes = list(pool.map(lambda j: grade(tree, j, a.retries, a.timeout, sink), jobs))
+            outcomes = list(pool.map(lambda j: grade(tree, j, a.retries, a.timeout, sink, stop_at),
+                                     jobs))
         meta = {"summary": True, "started": started, "commit": commit, "argv": sys.argv,
                 "cores": os.cpu_count(), "parallel": a.parallel, "field_timing": a.field_timing,
                 "wall_s": round(time.monotonic() - t0, 1)}
