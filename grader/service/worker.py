@@ -157,15 +157,21 @@ class Workers:
 
     def _loop(self, slot: Slot) -> None:
         while not self._stop.is_set():
-            claimed = self.store.claim(slot.name)
-            if claimed is None:
-                self._wake.wait(0.5)
-                self._wake.clear()
+            try:
+                claimed = self.store.claim(slot.name)
+                if claimed is not None:
+                    self.run_one(claimed, slot)
+                    continue
+            except Exception:  # the store is unreachable or busy: the worker waits, never dies
+                log.exception("service_worker_store_error", worker=slot.name)
+                self._stop.wait(2.0)
                 continue
-            self.run_one(claimed, slot)
+            self._wake.wait(0.5)
+            self._wake.clear()
 
     def run_one(self, c: Claimed, slot: Slot) -> None:
-        """Grade one claimed job and record its outcome (never raises)."""
+        """Grade one claimed job and record its outcome (only the store's errors escape:
+        the job then stays ``running`` and the next start re-queues it)."""
         job = c.job
         task = self.tasks.get(job.task)
         report: Report | None = None

@@ -180,3 +180,36 @@ def test_the_active_jobs_quota_is_a_429_until_a_job_finishes(tmp_path: Path) -> 
         release.set()
         _wait(client, tok, first.json()["id"])
         assert client.post("/v1/submissions", headers=_auth(tok), json=body).status_code == 201
+
+
+def test_a_worker_survives_a_store_error_and_grades_the_next_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from grader.leaderboard.seeds import Secret
+    from grader.service.worker import Slot, Workers, load_tasks
+
+    shutil.copytree(TASK, tmp_path / "tasks" / TASK.name)
+    store = Store(tmp_path / "s.sqlite")
+    real_claim, calls = Store.claim, []
+
+    def flaky(self: Store, worker: str) -> Any:
+        calls.append(worker)
+        if len(calls) == 1:
+            raise RuntimeError("database is locked")
+        return real_claim(self, worker)
+
+    monkeypatch.setattr(Store, "claim", flaky)
+    workers = Workers(store, load_tasks(tmp_path / "tasks", Secret(b"k" * 32, "t")),
+                      [Slot("cpu0", "bwrap", "cpu")], grader=fake_grade)
+    job = store.submit(token_id="t", task="vector_add_small", mode="run", label="", source=GOOD,
+                       source_sha="s", view_sha="v", max_active=5, max_per_day=5)
+    assert not isinstance(job, str)
+    workers.start()
+    try:
+        for _ in range(100):
+            row = store.job(job.id)
+            if row is not None and row.state == "done":
+                break
+            time.sleep(0.1)
+        assert row is not None and row.state == "done" and len(calls) >= 2
+    finally:
+        workers.stop()
