@@ -103,6 +103,7 @@ class SandboxOutcome:
     output_truncated: bool = False
     limit_fired: LimitName | None = None
     enforcement: Enforcement | None = None
+    memory_limit_hits: int = 0  # bwrap's cgroup: usage reached memory_mib this often
 
 
 class SandboxBackend(abc.ABC):

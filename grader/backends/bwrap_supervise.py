@@ -45,7 +45,8 @@ class Supervision:
             backend="bwrap", exit_code=exit_code, signal=sig, wall_s=self.wall_s,
             stdout=out, stderr=err, timed_out=ev.timed_out, oom_killed=ev.oom_killed,
             pids_limited=ev.pids_limited, output_truncated=truncated,
-            limit_fired=classify(ev), enforcement=enforcement)
+            limit_fired=classify(ev), enforcement=enforcement,
+            memory_limit_hits=ev.memory_limit_hits)
 
 
 def supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
@@ -142,6 +143,7 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
         gpu_memory_exceeded=bool(gdog and gdog.fired),
         pids_limited=bool(cg and cg.pids_hit()) or dog.fired == "pids_limit",
         signal=decode_status(proc.returncode)[1],
+        memory_limit_hits=cg.memory_limit_hits() if cg is not None else 0,
     )
     if cg is not None:
         cg.destroy()

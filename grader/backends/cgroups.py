@@ -72,6 +72,17 @@ class CgroupSet:
         except (OSError, ValueError):
             return False
 
+    def memory_limit_hits(self) -> int:
+        """How often usage reached the memory limit (cgroup v2 ``memory.events`` ``max``; v1
+        ``memory.failcnt``): the kernel then reclaimed the tree's pages, mapped libraries
+        included, which slows everything in it long before the OOM killer fires."""
+        try:
+            if self.version == 2:
+                return int(_read_kv(self.dirs["memory"] / "memory.events").get("max", 0))
+            return int((self.dirs["memory"] / "memory.failcnt").read_text())
+        except (OSError, ValueError):
+            return 0
+
     def pids_hit(self) -> bool:
         return _read_kv(self.dirs["pids"] / "pids.events").get("max", 0) > 0
 

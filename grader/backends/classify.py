@@ -52,6 +52,7 @@ class Evidence:
     gpu_memory_exceeded: bool = False
     pids_limited: bool = False
     signal: int | None = None
+    memory_limit_hits: int = 0  # times usage reached the limit without a kill
 
 
 def classify(evidence: Evidence) -> LimitName | None:

@@ -50,6 +50,10 @@ def timing_stats(spec: TaskSpec, t: wire.TimingRecord, device: str,
                                "noop_overhead_ms": list(t.noop_overhead_ms)})
 
 
+# Codes a stage's lack of time explains: memory pressure may be why the time ran out.
+SLOWED_BY_MEMORY = frozenset({"compile_timeout", "timeout", "harness_timeout"})
+
+
 def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
     """The judge's error as reported; a runner killed while a limit fired was killed by it."""
     code, message = e.code, e.message
@@ -58,8 +62,16 @@ def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
                                          f"ended the runner): {message}")
     elif code in ("signal", "exception", "early_exit") and outcome.pids_limited:
         code, message = "pids_limit", f"process/thread limit reached: {message}"
+    detail = dict(e.detail)
+    if code in SLOWED_BY_MEMORY and outcome.memory_limit_hits > 0:
+        # A build beside three Python processes under 4 GiB on an H200: the cgroup reclaimed
+        # the tree's pages for minutes and the compile stage ran out of time.
+        message = (f"{message} (the sandbox reached its memory limit {outcome.memory_limit_hits} "
+                   "times: the kernel reclaimed its pages, which slows every process in it; "
+                   "raise limits.memory_mib)")
+        detail["memory_limit_hits"] = outcome.memory_limit_hits
     return ReportError(stage=e.stage, code=code, origin=e.origin,
-                       message=text.clean(message, MESSAGE_MAX), line=e.line, detail=dict(e.detail))
+                       message=text.clean(message, MESSAGE_MAX), line=e.line, detail=detail)
 
 
 def no_record_error(p: ResultProblem, outcome: SandboxOutcome) -> ReportError:
@@ -72,7 +84,11 @@ def no_record_error(p: ResultProblem, outcome: SandboxOutcome) -> ReportError:
         return ReportError(stage="benchmark" if outcome.limit_fired == "timeout" else "compile",
                            code=outcome.limit_fired, origin="candidate",
                            message=f"the sandbox was stopped by its {outcome.limit_fired} before "
-                                   "the judge could report; the stage it was in is unknown",
+                                   "the judge could report; the stage it was in is unknown"
+                                   + (f" (it had reached its memory limit {outcome.memory_limit_hits}"
+                                      " times: reclaim slows every process in it; raise "
+                                      "limits.memory_mib)" if outcome.limit_fired == "timeout"
+                                      and outcome.memory_limit_hits > 0 else ""),
                            detail={"stage_unknown": True, "record": p.code})
     if p.code == "result_missing":
         return ReportError(stage="integrity", code="judge_died", origin="candidate",
