@@ -401,6 +401,9 @@ def main() -> None:
                     "--data-root /var/lib/kgsoak-docker --exec-root /run/kgsoak-docker "
                     "--pidfile /run/kgsoak-docker.pid -H unix:///run/kgsoak-docker.sock")
     ap.add_argument("--lb-rounds", type=int, default=1)
+    ap.add_argument("--max-wall-s", type=float, default=None,
+                    help="start no iteration after this many seconds; the leaderboard rounds "
+                         "still run")
     ap.add_argument("--snapshot", action="store_true", help="grade with a copy of HEAD")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
@@ -429,6 +432,8 @@ def main() -> None:
         t0 = time.monotonic()
         try:
             for i in range(a.n):
+                if a.max_wall_s and time.monotonic() - t0 > a.max_wall_s:
+                    break
                 fault = rng.choice(faults)
                 backend = "docker" if fault == "dockerd_restart" or (
                     a.docker_host and fault != "disk_full" and rng.random() < a.docker_share) else "bwrap"
@@ -440,8 +445,9 @@ def main() -> None:
                 rows.append(row)
                 sink.write(json.dumps(row, sort_keys=True) + "\n")
                 sink.flush()
-            if soak.pending:  # the last kill's leftovers: one more command sweeps them
-                row = {"i": a.n, **soak.run_one(rng, "none", "bwrap")}
+            if soak.pending or soak.killed:  # the last kill's leftovers: the next command sweeps
+                soak.next_pending()
+                row = {"i": len(rows), **soak.run_one(rng, "none", "bwrap")}
                 row["swept"] = soak.check_pending()
                 soak.next_pending()
                 rows.append(row)
