@@ -18,6 +18,7 @@ from pathlib import Path
 
 import docker
 import docker.errors
+import requests.exceptions
 import structlog
 from docker.models.containers import Container
 
@@ -145,6 +146,8 @@ class DockerBackend(SandboxBackend):
                 ) from exc
             except docker.errors.APIError as exc:
                 raise SandboxUnavailableError(f"dockerd refused the container: {exc}") from exc
+            except requests.exceptions.RequestException as exc:  # the daemon went away
+                raise SandboxUnavailableError(f"lost dockerd: {exc}", hint=START_HINT) from exc
             finally:
                 if container is not None:
                     cleanup.remove(container)

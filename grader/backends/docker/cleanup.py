@@ -20,6 +20,7 @@ from types import FrameType
 
 import docker
 import docker.errors
+import requests.exceptions
 import structlog
 from docker.models.containers import Container
 
@@ -52,7 +53,9 @@ def remove(container: Container) -> bool:
         removed = True
     except docker.errors.NotFound:
         removed = False
-    except docker.errors.APIError as exc:
+    except (docker.errors.APIError, requests.exceptions.RequestException) as exc:
+        # A daemon that went away (or refused): the container stays, labelled with its
+        # owner, for the next kgrader process's sweep once this one is gone.
         log.warning("docker.remove_failed", id=container.short_id, error=str(exc))
         removed = False
     with _live_lock:
