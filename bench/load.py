@@ -355,9 +355,12 @@ def main() -> None:
         started = datetime.now(UTC).isoformat(timespec="seconds")
         t0 = time.monotonic()
         stop_at = t0 + a.max_wall_s if a.max_wall_s else float("inf")
-        with ThreadPoolExecutor(a.parallel) as pool:
+        pool = ThreadPoolExecutor(a.parallel)
+        try:
             outcomes = list(pool.map(lambda j: grade(tree, j, a.retries, a.timeout, sink, stop_at),
                                      jobs))
+        finally:  # interrupted: start nothing more (the running kgrader runs got the signal)
+            pool.shutdown(wait=False, cancel_futures=True)
         meta = {"summary": True, "started": started, "commit": commit, "argv": sys.argv,
                 "cores": os.cpu_count(), "parallel": a.parallel, "field_timing": a.field_timing,
                 "wall_s": round(time.monotonic() - t0, 1)}
