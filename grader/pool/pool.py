@@ -68,6 +68,7 @@ class Pool:
         self.stats = PoolStats()
         self.last_failure = ""
         self._live: list[WarmSandbox] = []  # starting or ready, not taken
+        self._made: list[WarmSandbox] = []  # every one not taken, until close() saw it end
         self._busy = 0
         self._fails = 0
         self._closed = False
@@ -94,9 +95,10 @@ class Pool:
                 if not want:
                     self._cond.wait(POLL_S)
                     continue
-                pause = BACKOFF_S[min(self._fails, len(BACKOFF_S)) - 1] if self._fails else 0.0
-            if pause:
-                time.sleep(pause)
+                if self._fails:  # starts keep failing: wait, but wake for close()
+                    self._cond.wait(BACKOFF_S[min(self._fails, len(BACKOFF_S)) - 1])
+                    if self._closed:
+                        return
             self._start_one()
 
     def _start_one(self) -> None:
@@ -111,6 +113,7 @@ class Pool:
             log.warning("warm_start_failed", error=repr(e))
             return
         with self._cond:
+            self._made = [s for s in self._made if not s.ended.is_set()] + [sb]
             if self._closed:
                 sb.discard("the pool closed")
                 return
@@ -147,6 +150,7 @@ class Pool:
                 for sb in self._live:
                     if sb.ready and sb.claim():
                         self._live.remove(sb)
+                        self._made.remove(sb)
                         self.stats.taken += 1
                         self._cond.notify_all()
                         return sb
@@ -196,13 +200,16 @@ class Pool:
         return True
 
     def close(self, timeout: float = 30.0) -> None:
-        """Discard every sandbox not taken, and wait until each is gone."""
+        """Discard every sandbox not taken (one being started too), and wait until each is
+        gone with its folder: the process may exit right after."""
         with self._cond:
             self._closed = True
-            live, self._live = list(self._live), []
+            self._live = []
             self._cond.notify_all()
-        for sb in live:
+        self._filler.join(timeout)  # a start in progress ends discarded (see _start_one)
+        with self._cond:
+            made, self._made = list(self._made), []
+        for sb in made:
             sb.discard("the pool closed")
-        self._filler.join(timeout)
-        for sb in live:
+        for sb in made:
             sb.wait_ended(timeout)
