@@ -72,8 +72,12 @@ def _wait(proc: subprocess.Popen[bytes], spec: SandboxSpec) -> bool:
         if granted is None:
             if proc.poll() is not None:
                 return False  # it ended before its turn (a judge that failed to start)
-            log.error("gate_wait_exceeded", label=spec.label, gate=repr(spec.gate.gate),
-                      limit_s=wall_s * MAX_WAIT_FACTOR)
+            why = spec.gate.refused()
+            if why:
+                log.info("sandbox_discarded", label=spec.label, why=why)
+            else:
+                log.error("gate_wait_exceeded", label=spec.label, gate=repr(spec.gate.gate),
+                          limit_s=wall_s * MAX_WAIT_FACTOR)
             return True
         wall_s = max(0.0, granted + wall_s - time.monotonic())
     try:

@@ -90,6 +90,11 @@ class Turn:
         self.granted_at = time.monotonic()
         return self.granted_at
 
+    def refused(self) -> str:
+        """Why :meth:`wait` gave no grant on purpose (a warm sandbox discarded by its pool,
+        :mod:`grader.pool.turn`); empty when it did not."""
+        return ""
+
     def release(self) -> None:
         if self._fd is not None:
             with contextlib.suppress(OSError):
