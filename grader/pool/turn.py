@@ -69,6 +69,9 @@ class WarmTurn(Turn):
                 self.state, self.why = "discarded", why
         self._staged.set()
 
+    def refused(self) -> str:
+        return self.why if self.state == "discarded" else ""
+
     def _open_probe(self) -> bool:
         try:
             fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)

@@ -74,7 +74,7 @@ def test_the_turn_is_ready_only_once_the_judge_waits_and_grants_only_once_staged
     turn.staged()
     waiter.join(5)
     judge.join(5)
-    assert judge.got == b"g" and isinstance(out[0], float)
+    assert judge.got == b"g" and isinstance(out[0], float) and turn.refused() == ""
     turn.release()
 
 
@@ -86,6 +86,7 @@ def test_an_unused_ready_turn_expires_without_a_grant(tmp_path: Path) -> None:
     waiter, out = _waiter(turn)
     waiter.join(5)
     assert out == [None] and turn.state == "discarded" and "not used" in turn.why
+    assert "not used" in turn.refused()  # the supervisor logs a discard, not a host fault
     assert not turn.claim()
     turn.release()  # the judge's read ends without a byte: it would refuse to go on
     judge.join(5)
