@@ -31,6 +31,7 @@ from grader.backends.cleanup import OWNER_FILE, read_marker
 from sandbox.contract import wire
 
 from ._backends import backend_or_skip
+from .conftest import kgrader
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "vector_add_small"
@@ -51,8 +52,7 @@ def _start(args: list[str], tmpdir: Path) -> subprocess.Popen[str]:
 
 
 def _kgrader(args: list[str], tmpdir: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader.cli", *args], cwd=ROOT,
-                          env=_env(tmpdir), capture_output=True, text=True, timeout=timeout)
+    return kgrader(*args, env=_env(tmpdir), timeout=timeout)
 
 
 def _run_args(cand: Path, backend: str) -> list[str]:

@@ -23,6 +23,8 @@ from grader.agent.schemas import TOOL_NAMES
 from grader.errors import SandboxUnavailableError
 from grader.records import check_consistency, read_trajectory
 
+from .conftest import kgrader
+
 pytestmark = pytest.mark.bwrap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,8 +84,7 @@ def _logged_calls(ws: tools.Workspace) -> list[dict[str, Any]]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "grader.cli", *args], capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
+    return kgrader(*args, timeout=300)
 
 
 def test_compile_kernel_passes_good_and_names_the_stage_of_broken(ws: tools.Workspace) -> None:
