@@ -3,7 +3,7 @@
 isolate's man page lists every meta key and exit status it can return, so a caller never
 meets a code the document does not define; this module is that list for kgrader. Both
 sides import it (standard library only): the judge refuses to create a code it does not
-define (:class:`sandbox.judge.failure.StageFailure`), and takes a failure's origin from here
+define (:class:`sandbox.contract.failure.StageFailure`), and takes a failure's origin from here
 when the code can have only one; the host refuses a record holding an unknown code, the
 report's JSON Schema enumerates :func:`report_codes`, ``docs/errors.md`` is :func:`markdown`
 (``python3 scripts/errors_doc.py``), and ``tests/unit/test_error_catalogue.py`` walks

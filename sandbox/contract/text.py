@@ -5,7 +5,7 @@ echo of its kernels: all of it is data. It must never break a JSON or pydantic p
 (lone surrogates are not UTF-8), never move a terminal's cursor or colours (ANSI escapes,
 ``\\r``, NUL, bidi overrides), and never grow without bound. :func:`clean` is the one
 rule; the judge applies it where a runner's text enters its record (``sandbox.launcher.proc``,
-``sandbox.judge.failure``) and the host again where it reads the record
+``sandbox.contract.failure``) and the host again where it reads the record
 (``grader.report.record``). Markup (rich's ``[bold]``) is kept literally here: the
 renderers escape it, since only they know their markup language.
 

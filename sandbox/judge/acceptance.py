@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 
 from sandbox.contract import rules, stats
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
 from sandbox.judge import gpu_idle
 from sandbox.judge.benchmark import ESCAPE_MIN_CALLS, ESCAPE_MIN_CALLS_CPU, SideClock, warm_up
 from sandbox.judge.evaluation import Evaluation
-from sandbox.judge.failure import StageFailure
 from sandbox.judge.gpu_idle import IdleProbe
 from sandbox.judge.sides import Side, paired_buffers
 from sandbox.problem.tensors import Slot, poison

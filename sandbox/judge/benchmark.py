@@ -12,10 +12,10 @@ import time
 from typing import Any, Literal
 
 from sandbox.contract import stats
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage, TimingRecord
 from sandbox.judge.escape import NOISE_CAP_MS, escaped_time
 from sandbox.judge.evaluation import Evaluation
-from sandbox.judge.failure import StageFailure
 from sandbox.judge.sides import Side
 from sandbox.problem.tensors import Slot
 

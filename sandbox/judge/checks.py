@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import CorrectnessWire, ErrorStage
-from sandbox.judge.failure import StageFailure
 from sandbox.problem.tensors import compare, dtype_code
 
 

@@ -10,8 +10,8 @@ the second is an infrastructure error, retried and never blamed on the kernel.
 
 from __future__ import annotations
 
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage
-from sandbox.judge.failure import StageFailure
 
 
 def overrun(stage: ErrorStage, t0: float, deadline: float, now: float,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.text import clean
 from sandbox.contract.wire import (
     WIRE_VERSION,
@@ -32,7 +33,6 @@ from sandbox.judge.checks import check_outputs, track
 from sandbox.judge.clock import overrun
 from sandbox.judge.device import device_environment
 from sandbox.judge.escape import claim_problem
-from sandbox.judge.failure import StageFailure, infrastructure
 from sandbox.judge.isolation import check_beside, check_threads
 from sandbox.judge.outputs import collect_outputs, labels, verify_outputs
 from sandbox.judge.reply import host_ms, number

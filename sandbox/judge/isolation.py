@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import ErrorStage
 from sandbox.judge import prestart
-from sandbox.judge.failure import StageFailure, infrastructure
 
 if TYPE_CHECKING:
     from sandbox.judge.evaluation import Evaluation

@@ -20,6 +20,7 @@ import traceback
 
 _STARTED = (time.time(), time.monotonic())
 
+from sandbox.contract.failure import infrastructure
 from sandbox.contract.wire import (
     GATE_NAME,
     RESULT_NAME,
@@ -32,7 +33,6 @@ from sandbox.contract.wire import (
     dumps,
     request_from_json,
 )
-from sandbox.judge.failure import infrastructure
 from sandbox.launcher import harden
 
 OUT = os.environ.get("KGRADER_OUT", "/kg/out")

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage
-from sandbox.judge.failure import StageFailure
 from sandbox.judge.sides import Side
 from sandbox.launcher.proc import RunnerFailure
 from sandbox.problem.host import CheckerFailed

@@ -10,9 +10,9 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import WIRE_VERSION, ErrorWire, JudgeRequest, Record
 from sandbox.judge.device import device_environment
-from sandbox.judge.failure import StageFailure, infrastructure
 from sandbox.launcher.proc import RunnerFailure
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import BenchmarkWire, ErrorStage
 from sandbox.judge import prestart
-from sandbox.judge.failure import StageFailure, infrastructure
 from sandbox.judge.isolation import check_threads, threads_of
 from sandbox.launcher.gpu_share import GpuBuffer, export_buffer
 from sandbox.launcher.proc import RunnerFailure, RunnerHandle

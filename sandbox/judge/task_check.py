@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import WIRE_VERSION, ErrorWire, JudgeRequest, Record
 from sandbox.judge.device import device_environment
-from sandbox.judge.failure import StageFailure
 from sandbox.problem.base import Problem
 from sandbox.problem.host import make_problem
 from sandbox.problem.tensors import (

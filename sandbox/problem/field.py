@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from sandbox.contract.failure import infrastructure
 from sandbox.contract.wire import ProblemWire, TaskWire, TensorWire
-from sandbox.judge.failure import infrastructure
 from sandbox.problem import buffers
 from sandbox.problem.base import DpsProblem, Problem
 from sandbox.problem.pytree import Template, UnsupportedValue, flatten, rebuild, returned_tensors

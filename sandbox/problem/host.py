@@ -29,8 +29,8 @@ from typing import Any
 import torch
 
 from sandbox.contract import text
+from sandbox.contract.failure import infrastructure
 from sandbox.contract.wire import TaskWire, TensorWire
-from sandbox.judge.failure import infrastructure
 from sandbox.launcher.gpu_share import GpuBuffer, export_buffer
 from sandbox.problem import handle as problem_handle
 from sandbox.problem.base import Problem

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import TaskWire, _build
-from sandbox.judge.failure import StageFailure
 from sandbox.launcher import protocol
 from sandbox.problem.base import Problem
 from sandbox.problem.field import local_problem

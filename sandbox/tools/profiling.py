@@ -28,6 +28,7 @@ import sys
 import time
 from typing import Any
 
+from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import (
     DiagnosticsRecord,
     ErrorStage,
@@ -37,7 +38,6 @@ from sandbox.contract.wire import (
     SanitizerRecord,
 )
 from sandbox.judge.evaluation import Evaluation
-from sandbox.judge.failure import StageFailure, infrastructure
 from sandbox.judge.sides import Side
 from sandbox.launcher import identity, protocol
 from sandbox.launcher.proc import RunnerFailure

@@ -76,12 +76,7 @@ ANNOTATION_CYCLE_EDGES = {
     ("sandbox.judge.sides", "sandbox.judge.evaluation"): "the evaluation hub (issue 25, item 2)",
 }
 # Role rules' exceptions, with why.
-ROLE_EXCEPTIONS = {
-    ("sandbox.problem.field", "sandbox.judge.failure"): "StageFailure (contract-only code); "
-                                                         "its home is the role split's",
-    ("sandbox.problem.host", "sandbox.judge.failure"): "as field",
-    ("sandbox.problem.serve", "sandbox.judge.failure"): "as field",
-}
+ROLE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from sandbox.judge.failure import StageFailure
+from sandbox.contract.failure import StageFailure
 from sandbox.judge.outputs import collect_outputs, runner_cpu_ms
 
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from sandbox.contract.failure import StageFailure
 from sandbox.judge.benchmark import SideClock
-from sandbox.judge.failure import StageFailure
 
 
 def _clock(judge: list[float], noop: list[float]) -> SideClock:

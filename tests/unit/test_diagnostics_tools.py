@@ -18,8 +18,8 @@ import torch
 from grader.diagnostics import locate
 from grader.errors import UsageError
 from sandbox.contract import wire
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import SanitizeWire
-from sandbox.judge.failure import StageFailure
 from sandbox.launcher import harden
 from sandbox.tools import profiling
 from sandbox.tools.tool_runner import on_private_copies, parse

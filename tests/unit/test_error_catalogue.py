@@ -24,7 +24,7 @@ from grader.report.model import report_json_schema
 from grader.report.record import ResultProblem, read_result
 from grader.scan.policy import RULE_ID, load_policy
 from sandbox.contract import codes, wire
-from sandbox.judge.failure import StageFailure, infrastructure
+from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.launcher.proc import _runner_error
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from grader.tasks import gpumode, kernelbench
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import TaskWire
-from sandbox.judge.failure import StageFailure
 from sandbox.judge.outputs import sanity_bound
 from sandbox.problem import buffers
 from sandbox.problem.base import DpsProblem

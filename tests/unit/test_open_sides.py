@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 
 import pytest
 
+from sandbox.contract.failure import StageFailure
 from sandbox.judge import prestart
 from sandbox.judge import sides as sides_mod
-from sandbox.judge.failure import StageFailure
 from sandbox.launcher.proc import RunnerFailure
 
 

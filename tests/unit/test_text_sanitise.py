@@ -19,7 +19,7 @@ from grader.report.render import render_report
 from grader.report.summary import build_report
 from grader.task import load_task
 from sandbox.contract import codes, text, wire
-from sandbox.judge.failure import StageFailure
+from sandbox.contract.failure import StageFailure
 from sandbox.launcher.proc import _malformed, _runner_error
 
 ROOT = Path(__file__).resolve().parents[2]
