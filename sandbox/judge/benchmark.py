@@ -116,12 +116,14 @@ class SideClock:
                                "work escaped the timed stream (side stream, thread, deferred "
                                "work) or the timer was tampered with", detail=esc)
         if esc.get("unreliable"):
+            usable = (f"{esc['hidden_ms']:.4f} ms outside the timed region against a budget of "
+                      f"{esc['budget_ms']:.4f} ms, within four of them"
+                      if self.ev.dev == "cpu" else f"at most {NOISE_CAP_MS / 4:.4f} ms is usable")
             raise StageFailure(self.stage, "timing_unreliable",
                                f"{who}the judge's round trip was too noisy to bound the runner's "
-                               f"timing (standard error {esc['noise_ms']:.4f} ms per call; at most "
-                               f"{NOISE_CAP_MS / 4:.4f} ms is usable): the host is too loaded to "
-                               "measure on; run again on a quieter one", origin="infrastructure",
-                               detail=esc)
+                               f"timing (standard error {esc['noise_ms']:.4f} ms per call; "
+                               f"{usable}): the host is too loaded to measure on; run again on a "
+                               "quieter one", origin="infrastructure", detail=esc)
         return esc
 
 
