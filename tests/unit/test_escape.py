@@ -154,3 +154,28 @@ def test_a_slowed_clock_is_still_flagged_beside_a_noisy_round_trip() -> None:
     overhead = _noisy(2.0, 20, rng, 3.0)
     out = escaped_time([t / 100 for t in true], judge, overhead, "cpu")
     assert out["escaped"] and not out["unreliable"], out
+
+
+
+def test_an_unreliable_cpu_escape_check_says_what_it_saw() -> None:
+    """timing_unreliable on the CPU names the hidden time and its budget (the GPU's usable
+    noise cap does not apply there), and it is the infrastructure's, retried."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    import pytest
+
+    from sandbox.contract.failure import StageFailure
+    from sandbox.judge.benchmark import SideClock
+
+    rng = random.Random(5)
+    ev: Any = SimpleNamespace(dev="cpu")
+    clock = SideClock(ev, SimpleNamespace(), "benchmark")  # type: ignore[arg-type]
+    clock.ms = [0.3] * 20
+    clock.judge_ms = [0.3 + 14.0 + rng.expovariate(1 / 8.0) for _ in range(20)]
+    clock.noop_overhead = [5.0 + rng.expovariate(1 / 8.0) for _ in range(20)]
+    with pytest.raises(StageFailure) as info:
+        clock.raise_if_escaped()
+    err = info.value.error
+    assert (err.code, err.origin) == ("timing_unreliable", "infrastructure")
+    assert "against a budget of" in err.message and "0.1000 ms is usable" not in err.message
