@@ -9,15 +9,11 @@ compute process besides the judge and its runners holds the GPU.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import ErrorStage
 from sandbox.judge import prestart
-
-if TYPE_CHECKING:
-    from sandbox.judge.evaluation import Evaluation
-    from sandbox.judge.sides import Side
+from sandbox.judge.hub import Hub, SideLike
 
 
 def threads_of(pid: int) -> int:
@@ -31,7 +27,7 @@ def threads_of(pid: int) -> int:
                              f"the judge cannot count runner pid {pid}'s threads: {e}") from None
 
 
-def check_threads(side: Side, stage: ErrorStage, when: str) -> None:
+def check_threads(side: SideLike, stage: ErrorStage, when: str) -> None:
     """Fail when the runner has more threads than the harness had before the candidate's
     import (``Side.base_threads``, counted by the judge after the runner's setup, which
     starts torch's own pools). A thread the candidate started, at import or in a call,
@@ -53,7 +49,7 @@ def check_threads(side: Side, stage: ErrorStage, when: str) -> None:
                            detail={"threads": n, "harness_threads": side.base_threads})
 
 
-def check_beside(ev: Evaluation, stage: ErrorStage) -> None:
+def check_beside(ev: Hub, stage: ErrorStage) -> None:
     """Raise when anything but the runners runs under runner uids, or (CUDA) on the GPU.
 
     Runners started ahead that have loaded no module are the harness's (torch's import

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage
+from sandbox.judge.hub import Hub
 from sandbox.judge.sides import Side
 from sandbox.launcher.proc import RunnerFailure
 from sandbox.problem.host import CheckerFailed
 from sandbox.problem.tensors import Slot, compare, dtype_code, poison
-
-if TYPE_CHECKING:
-    from sandbox.judge.evaluation import Evaluation
 
 # The copy's round trip may exceed FLOOR_MS + FACTOR x the judge's own copy of the bytes.
 FLOOR_MS = {"cpu": 25.0, "cuda": 5.0}
@@ -33,7 +31,7 @@ FACTOR = 8.0
 NOISE_FACTOR = 4.0
 
 
-def collect_outputs(ev: Evaluation, side: Side, slots: list[Slot], buf: int, stage: ErrorStage,
+def collect_outputs(ev: Hub, side: Side, slots: list[Slot], buf: int, stage: ErrorStage,
                     deadline: float, call_ms: float) -> None:
     """Have the runner copy the call's returned tensors into the output slots."""
     outs = [s for s in slots if s.role == "output"]
@@ -104,7 +102,7 @@ def runner_cpu_ms(pid: int) -> float | None:
         return None
 
 
-def verify_outputs(ev: Evaluation, slots: list[Slot], inputs: dict[str, torch.Tensor],
+def verify_outputs(ev: Hub, slots: list[Slot], inputs: dict[str, torch.Tensor],
                    views: dict[str, torch.Tensor], stage: ErrorStage, where: dict[str, Any],
                    expected: dict[str, torch.Tensor] | None = None) -> None:
     """The problem's own checker (GPU MODE's ``check_implementation``), after kgrader's.
@@ -136,7 +134,7 @@ STRICT = ("gpumode strict: kgrader's element-wise compare and dtype check apply 
           "check_implementation")
 
 
-def labels(ev: Evaluation) -> list[str]:
+def labels(ev: Hub) -> list[str]:
     """For the record's warnings: which rule judged a GPU MODE task's values, and how its
     generated tensors were classified (:mod:`sandbox.problem.buffers`); none for other tasks."""
     problem = getattr(ev, "problem", None)
@@ -150,7 +148,7 @@ def labels(ev: Evaluation) -> list[str]:
     return [n for n in notes if n not in ev.warnings]
 
 
-def sanity_bound(ev: Evaluation, views: dict[str, torch.Tensor],
+def sanity_bound(ev: Hub, views: dict[str, torch.Tensor],
                  expected: dict[str, torch.Tensor], stage: ErrorStage, where: dict[str, Any]) -> None:
     """What only a cheat or a kernel that did not run returns: an output still poisoned
     (never written), or NaN where the reference has none. The checker judges the rest."""

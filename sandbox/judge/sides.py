@@ -6,20 +6,18 @@ import fcntl
 import mmap
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import BenchmarkWire, ErrorStage
 from sandbox.judge import prestart
+from sandbox.judge.hub import Hub
 from sandbox.judge.isolation import check_threads, threads_of
 from sandbox.launcher.gpu_share import GpuBuffer, export_buffer
 from sandbox.launcher.proc import RunnerFailure, RunnerHandle
 from sandbox.problem.tensors import Slot, view
-
-if TYPE_CHECKING:
-    from sandbox.judge.evaluation import Evaluation
 
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 # The least the judge waits for one answer of a runner, whatever its stage has left: under
@@ -119,13 +117,13 @@ def paired_buffers(nbytes: int) -> tuple[tuple[GpuBuffer, GpuBuffer], tuple[GpuB
     return (a, b), (b, a)
 
 
-def open_wait(ev: Evaluation) -> float:
+def open_wait(ev: Hub) -> float:
     """How long to wait for a runner's set-up or load: what the compile budget has left,
     never less than :data:`MIN_WAIT_S` (or ``compile_s`` itself, if that is smaller)."""
     return max(ev.left(ev.compile_deadline), min(MIN_WAIT_S, ev.req.limits.compile_s))
 
 
-def open_sides(ev: Evaluation, wanted: list[tuple[str, tuple[Any, ...]]], stage: ErrorStage,
+def open_sides(ev: Hub, wanted: list[tuple[str, tuple[Any, ...]]], stage: ErrorStage,
                renames: list[tuple[str, str]] | None = None) -> list[Side]:
     """:meth:`Evaluation.open_side` for several modules at once: every runner gets its setup, then
     every one loads its module, each step in parallel across the runners (their CUDA

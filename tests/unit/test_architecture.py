@@ -69,12 +69,7 @@ LAZY_EDGES = {
 }
 # TYPE_CHECKING imports that still close a loop, each an annotation of the module that
 # calls back (a Protocol or a split removes them; the test below keeps the list honest).
-ANNOTATION_CYCLE_EDGES = {
-    ("sandbox.judge.isolation", "sandbox.judge.evaluation"): "the evaluation hub (issue 25, item 2)",
-    ("sandbox.judge.isolation", "sandbox.judge.sides"): "Side, whose calls it checks",
-    ("sandbox.judge.outputs", "sandbox.judge.evaluation"): "the evaluation hub (issue 25, item 2)",
-    ("sandbox.judge.sides", "sandbox.judge.evaluation"): "the evaluation hub (issue 25, item 2)",
-}
+ANNOTATION_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 # Role rules' exceptions, with why.
 ROLE_EXCEPTIONS: dict[tuple[str, str], str] = {}
 

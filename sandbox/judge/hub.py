@@ -1,0 +1,56 @@
+"""What the judge's helpers see of an evaluation: a Protocol, so that they need not import it.
+
+``sandbox.judge.evaluation.Evaluation`` is the one implementation; ``isolation``, ``sides``
+and ``outputs`` are imported by it and take it as a :class:`Hub`, so no import (not even an
+annotation's) runs back to the evaluation. mypy checks that ``Evaluation`` satisfies it
+wherever one is passed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sandbox.contract.failure import StageFailure
+from sandbox.contract.wire import ErrorStage, JudgeRequest, TaskWire
+from sandbox.launcher.proc import RunnerFailure, RunnerHandle
+from sandbox.problem.base import Problem
+
+if TYPE_CHECKING:
+    from sandbox.tools.nvml import Nvml  # loaded on CUDA only
+
+
+class SideLike(Protocol):
+    """What the thread count reads of a side (``sandbox.judge.sides.Side``)."""
+
+    @property
+    def base_threads(self) -> int: ...
+    @property
+    def prefix(self) -> tuple[str, ...]: ...
+    @property
+    def runner(self) -> RunnerHandle: ...
+
+
+class Hub(Protocol):
+    """The evaluation's state and calls its helpers use."""
+
+    req: JudgeRequest
+    task: TaskWire
+    dev: str
+    problem: Problem
+    sides: list[Any]  # sandbox.judge.sides.Side (which imports this module)
+    nbytes: int
+    compile_deadline: float
+    runners_opened: int
+    phases: dict[str, float]
+    warnings: list[str]
+    nvml_handle: Nvml | None
+
+    def nvml(self) -> tuple[Nvml | None, str]: ...
+    def gpu_fraction(self) -> float | None: ...
+    def left(self, deadline: float) -> float: ...
+    def trusted(self, path: str) -> bool: ...
+    def phase(self, name: str, t0: float) -> None: ...
+    def failure(self, stage: ErrorStage, e: RunnerFailure,
+                where: dict[str, Any] | None = None) -> StageFailure: ...
+    def noop(self, side: Any, stage: ErrorStage) -> tuple[float, float, float, tuple[float, float]]: ...
+    def _track(self, max_abs: float | None, max_rel: float | None, frac: float) -> None: ...
