@@ -224,11 +224,21 @@ def _dropout(node: ast.Call, name: str, where: str, nums: dict[str, float],
 
 def measured(shapes: list[dict[str, Any]], atol: float, rtol: float,
              by_dtype: dict[str, tuple[float, float]]) -> list[Quirk]:
-    """Quirks the judge measured on the task's shapes (``check`` mode's per-shape figures)."""
-    out: list[Quirk] = []
+    """Quirks the judge measured on the task's shapes (``check`` mode's per-shape figures):
+    one per kind (and output), found on the first shape that shows it, with a count of
+    the other shapes that do too."""
+    first: dict[tuple[str, str], Quirk] = {}
+    more: dict[tuple[str, str], int] = {}
+
+    def add(output: str, q: Quirk) -> None:
+        key = (q.code, output)
+        if key in first:
+            more[key] = more.get(key, 0) + 1
+        else:
+            first[key] = q
+
     for s in shapes:
-        dims = s.get("dims", {})
-        where = f"{s.get('kind', '?')} {dims}"
+        where = f"{s.get('kind', '?')} {s.get('dims', {})}"
         for o in s.get("outputs", []) or []:
             if not isinstance(o, dict):
                 continue
@@ -236,41 +246,38 @@ def measured(shapes: list[dict[str, Any]], atol: float, rtol: float,
             a, r = by_dtype.get(dtype, (atol, rtol))
             if o.get("constant"):
                 value = o.get("value")
-                code = "zero_output" if value == 0 else "constant_output"
-                out.append(Quirk(code, f"{where}: output {name} is {value!r} everywhere",
-                                 "warned, graded as is: a candidate that returns this constant "
-                                 "passes without computing anything", "measured"))
+                add(name, Quirk("zero_output" if value == 0 else "constant_output",
+                                f"{where}: output {name} is {value!r} everywhere",
+                                "warned, graded as is: a candidate that returns this constant "
+                                "passes without computing anything", "measured"))
             elif o.get("zeros_pass"):
-                out.append(Quirk("tolerance_above_magnitude",
-                                 f"{where}: output {name} has max |y| {o.get('max_abs', 0):.3g}, "
-                                 f"within atol={a:g} (rtol={r:g}): an all-zero output passes",
-                                 "warned, the format's tolerance kept (its own harness passes "
-                                 "zeros too); lower correctness.atol in task.json to tighten",
-                                 "measured"))
+                add(name, Quirk("tolerance_above_magnitude",
+                                f"{where}: output {name} has max |y| {o.get('max_abs', 0):.3g}, "
+                                f"within atol={a:g} (rtol={r:g}): an all-zero output passes",
+                                "warned, the format's tolerance kept (its own harness passes "
+                                "zeros too); lower correctness.atol in task.json to tighten",
+                                "measured"))
+            if dtype in EPS:
+                add(dtype, Quirk("half_precision", f"outputs in {dtype}",
+                                 f"tolerance atol={a:g} rtol={r:g} for {dtype}; the float64 "
+                                 f"evaluation is rounded to {dtype} before it is compared, so "
+                                 f"the dtype's own rounding (eps {EPS[dtype]:.2g}) is not "
+                                 "counted against the task; a tolerance finer than one "
+                                 "rounding step still fails the check", "measured"))
         if s.get("rng_dependent"):
-            out.append(Quirk("rng_dependent", f"{where}: two reference calls on the same "
-                             "inputs differ (it draws from torch's random state: live Dropout "
-                             "or a random op)", "warned; no float64 comparison; a candidate "
-                             "matches only if its output does not depend on the draw",
-                             "measured"))
+            add("", Quirk("rng_dependent", f"{where}: two reference calls on the same inputs "
+                          "differ (it draws from torch's random state: live Dropout or a "
+                          "random op)", "warned; no float64 comparison; a candidate matches "
+                          "only if its output does not depend on the draw", "measured"))
         nt = s.get("non_tensor_inputs")
         if nt:
-            out.append(Quirk("non_tensor_inputs", f"{where}: the inputs hold {nt} plain "
-                             "value(s) beside the tensors",
-                             "handed to both sides unchanged, the same values in every call",
-                             "measured"))
-        low = sorted({str(o.get("dtype")) for o in s.get("outputs", []) or []
-                      if isinstance(o, dict) and o.get("dtype") in EPS})
-        for dtype in low:
-            a, r = by_dtype.get(dtype, (atol, rtol))
-            out.append(Quirk("half_precision", f"outputs in {dtype}",
-                             f"tolerance atol={a:g} rtol={r:g} for {dtype}; the float64 "
-                             f"evaluation is rounded to {dtype} before it is compared, so the "
-                             f"dtype's own rounding (eps {EPS[dtype]:.2g}) is not counted "
-                             "against the task; a tolerance finer than one rounding step "
-                             "still fails the check", "measured"))
+            add("", Quirk("non_tensor_inputs", f"{where}: the inputs hold {nt} plain value(s) "
+                          "beside the tensors", "handed to both sides unchanged, the same "
+                          "values in every call", "measured"))
         if s.get("float64_skipped"):
-            out.append(Quirk("float64_skipped", f"{where}: {s['float64_skipped']}",
-                             "tolerances not checked against float64 on this shape; the rest "
-                             "of the check ran", "measured"))
-    return merge_quirks(out)
+            add("", Quirk("float64_skipped", f"{where}: {s['float64_skipped']}",
+                          "tolerances not checked against float64 on this shape; the rest of "
+                          "the check ran", "measured"))
+    return [q if not more.get(k) or q.code == "half_precision" else
+            Quirk(q.code, f"{q.found} (and on {more[k]} more shape(s))", q.action, q.source)
+            for k, q in first.items()]

@@ -296,7 +296,7 @@ def _output_figures(name: str, t: torch.Tensor, c: Any) -> dict[str, Any]:
         max_abs = max(max_abs, float(mag.max()))
         bad += int((mag > bound).sum())
     fig["max_abs"] = max_abs
-    fig["constant"] = lo == hi and math.isfinite(lo)
+    fig["constant"] = flat.numel() > 1 and lo == hi and math.isfinite(lo)  # not a scalar
     if fig["constant"]:
         fig["value"] = lo
     fig["zeros_pass"] = bad / flat.numel() <= c.max_mismatch_fraction

@@ -166,3 +166,11 @@ def test_import_json_reports_a_problem_it_cannot_import(tmp_path: Path) -> None:
     code, doc = cli_import(str(bad), "--out", str(tmp_path / "out"))
     assert code == 2 and doc["ok"] is False
     assert doc["failed"][0]["error"]["code"] == "bad_task"  # type: ignore[index]
+
+
+def test_a_quirk_on_every_shape_is_named_once_with_a_count() -> None:
+    out = [{"name": "out0", "dtype": "float32", "constant": True, "value": 2.0}]
+    found = quirks.measured([shape(outputs=out), shape(outputs=out), shape(outputs=out)],
+                            1e-4, 1e-4, {})
+    assert codes(found) == ["constant_output"]
+    assert found[0].found.endswith("(and on 2 more shape(s))")

@@ -69,3 +69,8 @@ def test_plain_values_in_the_argument_template_are_counted() -> None:
     template = {"list": [{"tensor": 0}, {"value": 2.0}, {"tuple": [{"value": 3}, {"dtype": "float16"}]}]}
     assert task_check._plain_values({"template": template, "star": True}) == 3
     assert task_check._plain_values(None) == 0
+
+
+def test_a_scalar_output_is_not_a_constant_output() -> None:
+    # vectorsum's reference returns one number: one value everywhere, trivially
+    assert not task_check._output_figures("out0", torch.tensor(3.5), tol(1e-4, 1e-4))["constant"]
