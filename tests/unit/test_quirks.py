@@ -174,3 +174,17 @@ def test_a_quirk_on_every_shape_is_named_once_with_a_count() -> None:
                             1e-4, 1e-4, {})
     assert codes(found) == ["constant_output"]
     assert found[0].found.endswith("(and on 2 more shape(s))")
+
+
+def test_task_new_json_is_one_document_naming_the_folder_and_its_files(tmp_path: Path) -> None:
+    @click.group()
+    def cli() -> None:
+        pass
+
+    register(cli)
+    result = CliRunner().invoke(cli, ["task", "new", "demo", "--out", str(tmp_path), "--json"])
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 0 and doc["ok"] is True and doc["task"] == "demo"
+    assert all((Path(doc["folder"]) / f).is_file() for f in doc["files"])
+    again = CliRunner().invoke(cli, ["task", "new", "demo", "--out", str(tmp_path), "--json"])
+    assert again.exit_code == 2 and json.loads(again.stdout)["error"]["code"] == "bad_task"
