@@ -31,6 +31,8 @@ if ((DEV)); then
     command -v chromium >/dev/null || apt_missing+=(chromium)
     command -v ninja >/dev/null || apt_missing+=(ninja-build)  # torch C++ extensions (tests)
     command -v c++ >/dev/null || apt_missing+=(g++)
+    # kgrader serve --db postgresql://... is tested against a real server the test starts
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || apt_missing+=(postgresql)
 fi
 if ((${#apt_missing[@]})); then
     step "apt-get install ${apt_missing[*]}"
@@ -51,7 +53,7 @@ fi
 "$PY" -c 'import triton' 2>/dev/null || { step "pip install triton"; "$PY" -m pip install -q triton; }
 
 target="$REPO"
-((DEV)) && target="$REPO[dev,mcp,ray]"
+((DEV)) && target="$REPO[dev,mcp,ray,service,postgres]"
 step "pip install -e $target"
 "$PY" -m pip install -q -e "$target"
 
