@@ -267,10 +267,11 @@ class Soak:
     def restart_dockerd(self) -> float:
         pidfile = Path(self.dockerd_cmd[self.dockerd_cmd.index("--pidfile") + 1])
         t0 = time.monotonic()
-        pid = int(pidfile.read_text())
-        os.kill(pid, signal.SIGTERM)
-        while psutil.pid_exists(pid) and time.monotonic() - t0 < 60:
-            time.sleep(0.2)
+        with contextlib.suppress(OSError, ValueError):  # a daemon already down: start it
+            pid = int(pidfile.read_text())
+            os.kill(pid, signal.SIGTERM)
+            while psutil.pid_exists(pid) and time.monotonic() - t0 < 60:
+                time.sleep(0.2)
         log = (self.work / "dockerd.log").open("ab")
         subprocess.Popen(self.dockerd_cmd, stdout=log, stderr=log, start_new_session=True)
         while time.monotonic() - t0 < 120:
