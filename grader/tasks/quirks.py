@@ -278,6 +278,13 @@ def measured(shapes: list[dict[str, Any]], atol: float, rtol: float,
             add("", Quirk("float64_skipped", f"{where}: {s['float64_skipped']}",
                           "tolerances not checked against float64 on this shape; the rest of "
                           "the check ran", "measured"))
-    return [q if not more.get(k) or q.code == "half_precision" else
-            Quirk(q.code, f"{q.found} (and on {more[k]} more shape(s))", q.action, q.source)
-            for k, q in first.items()]
+    return [_with_more(q, more.get(k, 0)) for k, q in first.items()]
+
+
+def _with_more(q: Quirk, shapes: int) -> Quirk:
+    """A measured quirk seen on more shapes than its first says so (a task's precision is
+    one fact, whatever the shape). Quirk kinds are not error codes."""
+    kind = q.code
+    if not shapes or kind == "half_precision":
+        return q
+    return Quirk(q.code, f"{q.found} (and on {shapes} more shape(s))", q.action, q.source)
