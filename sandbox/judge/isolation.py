@@ -49,6 +49,20 @@ def check_threads(side: SideLike, stage: ErrorStage, when: str) -> None:
                            detail={"threads": n, "harness_threads": side.base_threads})
 
 
+def foreign_on_device(ev: Hub) -> str | None:
+    """Why work on the device may not be this sandbox's (CUDA): NVML sees more compute
+    processes than the judge, its runners and the problem process, or NVML is unavailable
+    (then nothing can be attributed). ``None``: every compute process is the sandbox's."""
+    from sandbox.tools import nvml
+
+    if ev.nvml_handle is None:
+        ev.nvml_handle = ev.nvml()[0]
+    if ev.nvml_handle is None:
+        return "NVML is unavailable, so the device's processes cannot be counted"
+    return nvml.foreign_compute_processes(ev.nvml_handle, 1 + len(ev.sides)
+                                          + len(ev.problem.harness_processes()))
+
+
 def check_beside(ev: Hub, stage: ErrorStage) -> None:
     """Raise when anything but the runners runs under runner uids, or (CUDA) on the GPU.
 
