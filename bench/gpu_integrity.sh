@@ -99,7 +99,9 @@ for P in ${FIELD_PROBLEMS:-examples/field/kernelbench/problems/*.py examples/fie
   [[ $kind == gpumode && ! -f $P/task.yml ]] && continue
   b=$(basename "$P" .py); t0=$(date +%s)
   before=$(ls "$R/field/$kind" | sort)
-  timeout 200 python3 -m grader.cli task import $kind "$P" --out "$R/field/$kind" --backend bwrap \
+  pol=(); [[ $kind == gpumode ]] && pol=(--policy triton-only)  # as tests/e2e/test_field_tasks.py:
+  # the GPU MODE cheats return torch's own result, which only a triton-only task refuses
+  timeout 200 python3 -m grader.cli task import $kind "$P" "${pol[@]}" --out "$R/field/$kind" --backend bwrap \
       --device "${DEVICE:-cuda}" > "$R/field/$kind/import_$b.log" 2>&1
   rc=$?; new=$(comm -13 <(echo "$before") <(ls "$R/field/$kind" | sort) | grep -v "^import_" | head -1)
   echo "$new" > "$R/field/$kind/$b.task"
