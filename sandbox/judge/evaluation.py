@@ -37,6 +37,7 @@ from sandbox.judge.isolation import check_beside, check_threads
 from sandbox.judge.outputs import collect_outputs, labels, verify_outputs
 from sandbox.judge.reply import host_ms, number
 from sandbox.judge.sides import MIN_WAIT_S, Side, open_sides
+from sandbox.launcher.identity import launch_warnings
 from sandbox.launcher.proc import RunnerFailure
 from sandbox.problem.host import make_problem
 from sandbox.problem.tensors import Guards, Slot, poison, same_bytes, total_bytes
@@ -60,8 +61,6 @@ class Evaluation:
         self.device: str = req.device
         self.dev = "cuda" if self.device == "cuda" else "cpu"
         self.errors: list[ErrorWire] = []
-        from sandbox.launcher.identity import launch_warnings
-
         self.warnings: list[str] = launch_warnings()  # what of the runner isolation did not hold
         self.stage: ErrorStage | None = None
         self.sides: list[Side] = []

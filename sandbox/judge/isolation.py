@@ -14,11 +14,11 @@ from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import ErrorStage
 from sandbox.judge import prestart
 from sandbox.judge.hub import Hub, SideLike
+from sandbox.launcher import caps, identity
 
 
 def threads_of(pid: int) -> int:
     """The kernel's count of ``pid``'s threads (never the runner's word about itself)."""
-    from sandbox.launcher import caps
 
     try:
         return int(caps.status(f"/proc/{pid}/status")["Threads"])
@@ -69,7 +69,6 @@ def check_beside(ev: Hub, stage: ErrorStage) -> None:
     Runners started ahead that have loaded no module are the harness's (torch's import
     runs ``ldconfig``): what runs under their uids is not counted. A runner the judge
     cannot see is an infrastructure fault: the count would be blind."""
-    from sandbox.launcher import identity
     from sandbox.tools import nvml
 
     try:

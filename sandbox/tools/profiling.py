@@ -37,6 +37,7 @@ from sandbox.contract.wire import (
     ProfileRecord,
     SanitizerRecord,
 )
+from sandbox.judge.correctness import correctness_stage
 from sandbox.judge.evaluation import Evaluation
 from sandbox.judge.sides import Side
 from sandbox.launcher import identity, protocol
@@ -272,7 +273,6 @@ def sanitized_correctness(ev: Evaluation, plain: Side) -> None:
 
 
 def _sanitize(ev: Evaluation, plain: Side, tool: str, hint: str | None, rec: dict[str, Any]) -> None:
-    from sandbox.judge.correctness import correctness_stage
 
     ev.stage = "correctness"
     path, why = (None, NO_CPU_SANITIZER) if ev.dev != "cuda" else find_tool("compute-sanitizer", hint)
@@ -333,7 +333,6 @@ def _one_small_call(ev: Evaluation, side: Side) -> None:
 
 
 def _fallback(ev: Evaluation, plain: Side, rec: dict[str, Any], why: str) -> None:
-    from sandbox.judge.correctness import correctness_stage
 
     rec["unmeasured"] = why
     ev.warnings.append(f"sanitize ({rec['tool']}): {why}")

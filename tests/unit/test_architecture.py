@@ -41,7 +41,10 @@ LAZY_IMPORTERS = {
 # Sandbox modules' own lazy imports: the order in which a sandbox process may load code is
 # part of its isolation (docs/architecture.md), so these are the role split's to decide.
 _ORDER = "loaded only after the lockdown / the secret is gone (it imports torch)"
-_UNREVIEWED = "not yet reviewed: sandbox/ belongs to the role split (issue 25, item 2)"
+_LOCKDOWN = ("harden is every principal's first import (runner boot, problem process, judge): "
+             "what only the lockdown needs is loaded by the lockdown")
+_TOOL = ("a profiled runner's entry: the runner's code (torch) only after the tool's own "
+         "arguments are parsed, as sandbox.runner.boot orders it")
 LAZY_EDGES = {
     ("sandbox.judge.main", "sandbox.judge.prestart"): _ORDER,
     ("sandbox.judge.main", "sandbox.judge.run"): _ORDER,
@@ -50,11 +53,8 @@ LAZY_EDGES = {
     ("sandbox.runner.main", "sandbox.launcher.gpu_share"): "CUDA buffers only",
     ("sandbox.judge.evaluation", "sandbox.tools.nvml"): "CUDA only",
     ("sandbox.judge.isolation", "sandbox.tools.nvml"): "CUDA only",
-    ("sandbox.judge.evaluation", "sandbox.launcher.identity"): _UNREVIEWED,
-    ("sandbox.judge.isolation", "sandbox.launcher.identity"): _UNREVIEWED,
-    ("sandbox.judge.isolation", "sandbox.launcher.caps"): _UNREVIEWED,
-    ("sandbox.launcher.harden", "sandbox.launcher.identity"): _UNREVIEWED,
-    ("sandbox.launcher.harden", "sandbox.launcher.seccomp"): _UNREVIEWED,
+    ("sandbox.launcher.harden", "sandbox.launcher.identity"): _LOCKDOWN,
+    ("sandbox.launcher.harden", "sandbox.launcher.seccomp"): _LOCKDOWN,
     ("sandbox.judge.run", "sandbox.judge.evaluation"): "a mode loads only its own stages",
     ("sandbox.judge.run", "sandbox.judge.acceptance"): "a mode loads only its own stages",
     ("sandbox.judge.run", "sandbox.judge.benchmark"): "a mode loads only its own stages",
@@ -63,9 +63,8 @@ LAZY_EDGES = {
     ("sandbox.judge.run", "sandbox.judge.rule_calibration"): "a mode loads only its own stages",
     ("sandbox.judge.run", "sandbox.tools.profiling"): "a mode loads only its own stages",
     ("sandbox.judge.run", "sandbox.tools.peaks"): "a mode loads only its own stages",
-    ("sandbox.tools.profiling", "sandbox.judge.correctness"): _UNREVIEWED,
-    ("sandbox.tools.tool_runner", "sandbox.launcher.proc"): _UNREVIEWED,
-    ("sandbox.tools.tool_runner", "sandbox.runner.main"): _UNREVIEWED,
+    ("sandbox.tools.tool_runner", "sandbox.launcher.proc"): _TOOL,
+    ("sandbox.tools.tool_runner", "sandbox.runner.main"): _TOOL,
 }
 # TYPE_CHECKING imports that still close a loop, each an annotation of the module that
 # calls back (a Protocol or a split removes them; the test below keeps the list honest).
