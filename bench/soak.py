@@ -336,7 +336,8 @@ class Soak:
                    unchanged=all(after.get(key) == v for key, v in before.items()),
                    swept=self.check_pending(), integrity_after=_integrity(state))
         row["ok"] = (row["integrity"] == "ok" and row["integrity_after"] == "ok" and row["unchanged"]
-                     and row["resume_skipped_done"] == len(before) and not row["left_processes"]
+                     and row["resume_skipped_done"] == sum(k[3] != "reference" for k in before)
+                     and not row["left_processes"]
                      and row["left_folders_private"] and not row["swept"] and again.returncode == 0)
         return row
 
