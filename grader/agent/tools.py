@@ -65,7 +65,7 @@ from typing import Any
 
 import filelock
 
-from grader.agent import describe, speed
+from grader.agent import describe, remote, speed
 from grader.agent.results import base, fault, not_reached, timing_fields
 from grader.agent.schemas import TOOL_NAMES, check_args, tool_schemas
 from grader.agent.workspace import (
@@ -122,9 +122,12 @@ def _public(ws: Workspace, report: Report) -> Report:
 
 def _evaluate(ws: Workspace, source: str, stages: tuple[StageName, ...],
               shape_kinds: tuple[str, ...], current: str | None = None,
-              against_reference: bool = False) -> Report:
+              against_reference: bool = False, accept: bool = False) -> Report:
     """One evaluation; ``current`` pairs it with best.py, ``against_reference`` with the
     task's reference as a trusted second side (grader.agent.speed)."""
+    if ws.config.server is not None:
+        return remote.evaluate_remote(ws, check_source(source, "candidate"),
+                                      remote.mode_for(stages, against_reference, accept))
     spec, reference = load_task(ws.task_dir)
     if against_reference:
         cur: Source | None = Source(name="reference.py", text=reference)
@@ -163,8 +166,10 @@ def compile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
     def body(ws: Workspace) -> dict[str, Any]:
         report = _evaluate(ws, source, ("compile",), ("tune",))
         remember_tool(ws.spec, report, source, "compile_kernel")
-        return {**base("compile_kernel", _public(ws, report)),
-                "compiled": report.ok and report.stage == "compile"}
+        compiled = report.ok and report.stage == "compile"
+        if ws.config.server is not None:  # a whole evaluation there: did it get past compile?
+            compiled = not any(e.stage in ("scan", "compile") for e in report.errors)
+        return {**base("compile_kernel", _public(ws, report)), "compiled": compiled}
     return _logged("compile_kernel", workspace, {"source": source}, body)
 
 
@@ -253,6 +258,7 @@ def _profile_fields(ws: Workspace, report: Report, source: str) -> dict[str, Any
 def profile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, Any]:
     """bench_kernel plus a roofline analysis against the calibrated peaks."""
     def body(ws: Workspace) -> dict[str, Any]:
+        remote.refuse_local_only(ws, "profile_kernel")
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"))
         facts = facts_for(ws.spec, report)
         public = redact(report, facts)
@@ -274,6 +280,7 @@ def profile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
 def measure_peak(workspace: str | Path | Workspace) -> dict[str, Any]:
     """The device's calibrated peaks (cached per fingerprint; see grader.measure.peaks)."""
     def body(ws: Workspace) -> dict[str, Any]:
+        remote.refuse_local_only(ws, "measure_peak")
         cal = _calibration(ws)
         peaks = cal.peaks
         return {"tool": "measure_peak", "ok": True, "stage": None, "errors": [], "warnings": [],
@@ -298,10 +305,10 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
         # The records keep this report as the decision's: it holds only the candidate and
         # best.py (the reference's time comes from bench_kernel's pairs or a run of its own).
         report = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"),
-                           current=best)
+                           current=best, accept=True)
         infra = report.infrastructure_failed()
         acc = report.acceptance
-        if best is None:
+        if best is None or (ws.config.server is not None and acc is None):  # no best there
             accepted = _passed(report)
         else:
             accepted = bool(acc is not None and acc.accepted and report.ok)

@@ -37,6 +37,11 @@ class WorkspaceConfig(BaseModel):
     gpu_ids: list[str] = Field(default_factory=list)
     show_reference: bool = Field(True, description="describe_task returns the reference's "
                                  "source (scrubbed of hidden dimension values, else withheld).")
+    server: str | None = Field(None, pattern=r"^https?://", description="A kgrader serve URL: "
+                               "compile, bench and accept are graded there (the token from "
+                               "$KGRADER_TOKEN); None: local sandboxes (grader.agent.remote).")
+    server_task: str | None = Field(None, description="The server's name of the task; None: "
+                                    "the workspace task's name.")
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,8 @@ class Workspace:
 
 def init_workspace(root: str | Path, task_dir: str | Path, *, backend: str = "auto",
                    device: str = "auto", policy: str | None = None,
-                   quick_calibration: bool = False, force: bool = False) -> Workspace:
+                   quick_calibration: bool = False, force: bool = False,
+                   server: str | None = None, server_task: str | None = None) -> Workspace:
     """Create ``root/kgrader.json`` naming ``task_dir`` (absolute); refuse to overwrite."""
     base = Path(root).resolve()
     load_task(task_dir)  # a workspace never points at a broken task
@@ -87,7 +93,8 @@ def init_workspace(root: str | Path, task_dir: str | Path, *, backend: str = "au
     try:
         config = WorkspaceConfig.model_validate(
             {"task": str(Path(task_dir).resolve()), "backend": backend, "device": device,
-             "policy": policy, "quick_calibration": quick_calibration})
+             "policy": policy, "quick_calibration": quick_calibration,
+             "server": server, "server_task": server_task})
     except ValidationError as e:
         raise WorkspaceError(f"invalid workspace settings\n{format_validation_error(e)}") from None
     base.mkdir(parents=True, exist_ok=True)

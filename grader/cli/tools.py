@@ -148,16 +148,23 @@ def workspace_group() -> None:
 @click.option("--policy", help="Policy name or path (default: the task's).")
 @click.option("--quick-calibration", is_flag=True, help="Use the short peak calibration.")
 @click.option("--force", is_flag=True, help="Overwrite an existing kgrader.json.")
+@click.option("--server", default=None, metavar="URL",
+              help="Grade on a kgrader serve server (token from $KGRADER_TOKEN) instead of "
+                   "local sandboxes.")
+@click.option("--server-task", default=None, help="The server's name of the task (default: "
+              "the task's own name).")
 @json_option
 @kgrader_errors
 def workspace_init(directory: Path, task_dir: Path, backend: str, device: str, policy: str | None,
-                   quick_calibration: bool, force: bool, as_json: bool) -> None:
+                   quick_calibration: bool, force: bool, server: str | None,
+                   server_task: str | None, as_json: bool) -> None:
     """Create workspace DIR fixed to TASK_DIR; print its kgrader.json."""
     from grader.agent.tools import init_workspace
 
     check_outputs(dirs={"DIR": directory})
     ws = init_workspace(directory, task_dir, backend=backend, device=device, policy=policy,
-                        quick_calibration=quick_calibration, force=force)
+                        quick_calibration=quick_calibration, force=force, server=server,
+                        server_task=server_task)
     click.echo(ws.config.model_dump_json(indent=2))
 
 
