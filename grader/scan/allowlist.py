@@ -1,7 +1,7 @@
 """The allow-list of the kernel-only policies, compiled: what is not listed is denied.
 
 A deny-list can only name what someone thought of; Python is dynamic enough that it loses
-somewhere (THREATS.md, "the scan loses somewhere"). A kernel file needs very little, so the
+somewhere (docs/security-review.md: the scan loses somewhere). A kernel file needs very little, so the
 kernel-only policies list that little instead (``[allowlist]`` in ``policies/*.toml``):
 
 * ``module-not-allowed``: an import, or a dotted name, rooted in a module not listed;

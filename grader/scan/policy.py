@@ -67,8 +67,8 @@ class Rule(_Frozen):
     id: str = Field(pattern=RULE_ID, max_length=64)
     severity: Severity
     message: str = Field(min_length=1)
-    rationale: str = Field(min_length=1, description="Why it exists; the THREATS.md family.")
-    threat: str = Field(min_length=1, description="THREATS.md family it stops, in short.")
+    rationale: str = Field(min_length=1, description="Why it exists; the threat family it belongs to.")
+    threat: str = Field(min_length=1, description="The threat family it stops, in short.")
     refs: tuple[str, ...] = Field((), description="Names whose use (import, load, call) matches.")
     allow: tuple[str, ...] = Field(
         (), description="Exceptions to refs, and to attributes where the whole dotted name "

@@ -1,6 +1,6 @@
 """Judge: the trusted entry point inside the sandbox. It never imports the candidate.
 
-Order of work (DESIGN.md): read and delete the secret request, harden this process, then
+Order of work (docs/architecture.md, `sandbox/judge/`): read and delete the secret request, harden this process, then
 compile -> correctness -> benchmark -> accept, each stage starting its own runners, and
 write one authenticated :class:`sandbox.contract.wire.Record`. The host believes only a record
 whose MAC verifies with the key that was in the request, which no runner ever saw.

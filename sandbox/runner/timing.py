@@ -1,6 +1,6 @@
 """The one-sample timing recipe, cache flushing, and device facts.
 
-One sample (DESIGN.md, "Measurement protocol"): synchronize the device, flush (cold mode),
+One sample (the measurement protocol): synchronize the device, flush (cold mode),
 start event, call, end event, synchronize the device; host wall time recorded too. Each
 call is timed on its own: a batch is never divided by its length.
 
@@ -40,7 +40,7 @@ _device_sleep = torch.cuda._sleep
 LAUNCH_LEAD_US = 100.0
 
 # Last-level cache sizes for parts whose driver does not report them usefully.
-# ROCm MI300X: 256 MB Infinity Cache -> flush >= 1 GiB (DESIGN.md).
+# ROCm MI300X: 256 MB Infinity Cache -> flush >= 1 GiB.
 _KNOWN_LLC_MIB = {"MI300": 256, "MI250": 16, "H100": 50, "H200": 60, "A100": 40}
 
 

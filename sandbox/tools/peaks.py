@@ -1,6 +1,6 @@
 """Peak calibration inside the sandbox: copy bandwidth and matmul throughput per dtype.
 
-These are the ceilings the roofline uses (DESIGN.md). They are measured, not taken from
+These are the ceilings the roofline uses (grader/measure/profile.py). They are measured, not taken from
 datasheets: a large device-to-device copy (bytes read + bytes written over time) and a
 large matrix product per dtype, each the median of several timed repetitions.
 """
