@@ -13,12 +13,24 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("json", "console")
+
+
+class _Stderr:
+    """Whatever ``sys.stderr`` is when an event is written, not when logging was set up: a
+    caller that swaps it for a while (click's CliRunner, pytest's capture) closes the old
+    stream when done, and events written there afterwards raised ValueError."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def configure(level: str | None = None, fmt: str | bool | None = None) -> None:
@@ -39,7 +51,7 @@ def configure(level: str | None = None, fmt: str | bool | None = None) -> None:
         processors=[structlog.processors.add_log_level,
                     structlog.processors.TimeStamper(fmt="iso", utc=True), renderer],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(cast(TextIO, _Stderr())),
         cache_logger_on_first_use=False,
     )
 
