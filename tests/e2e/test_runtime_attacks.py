@@ -36,7 +36,10 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     "batch_and_skip.py": ({"correctness", "benchmark"}, {"output_untouched"}),
     "reuse_freed_memory.py": ({"correctness"}, {"wrong_values", "output_untouched"}),
     "input_mutation.py": ({"compile"}, {"input_mutated"}),
-    "timer_patch.py": ({"benchmark"}, {"work_escaped_timing"}),
+    # On the CPU the judge's clock is the time, so the patch gains nothing; its gross lie is
+    # work_escaped_timing, or timing_unreliable when the round trip is too noisy to tell
+    # (docker's is): never a pass.
+    "timer_patch.py": ({"benchmark"}, {"work_escaped_timing", "timing_unreliable"}),
     "checker_patch.py": ({"correctness"}, {"wrong_values"}),
     "fake_report_print.py": ({"correctness"}, {"wrong_values"}),
     "result_forgery.py": ({"compile", "integrity"}, {"exception", "result_forged", "out_tampered"}),
