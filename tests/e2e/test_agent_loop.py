@@ -90,11 +90,11 @@ def test_a_scripted_agent_reads_the_task_benches_and_sees_its_speedup(tmp_path: 
 
             async def timed(name: str) -> dict[str, Any]:
                 res: dict[str, Any] = {}
-                for _ in range(3):  # a loaded 2-core host can trip the escape check
+                for _ in range(3):  # an agent retries what the host's load made
                     got = await client.call_tool(name, {"source": KERNEL},
                                                  progress_callback=on_progress)
                     res = dict(got.structured_content or {})
-                    if [e["code"] for e in res["errors"]] != ["work_escaped_timing"]:
+                    if not _retried(res["errors"]):
                         break
                 return res
 
@@ -138,3 +138,10 @@ def test_a_scripted_agent_reads_the_task_benches_and_sees_its_speedup(tmp_path: 
     assert any(m.startswith("accept_candidate: done") for m in notes), notes
     for payload in seen.values():
         _no_hidden_shape(payload)
+
+
+def _retried(errors: list[dict[str, Any]]) -> bool:
+    """What an agent loop retries: the host's fault (timing_unreliable, a harness timeout:
+    origin infrastructure), or the escape check a loaded 2-core host can trip."""
+    return bool(errors) and all(e["origin"] == "infrastructure" or e["code"] == "work_escaped_timing"
+                                for e in errors)
