@@ -13,19 +13,11 @@ from collections.abc import Callable
 from grader.scan import attributes, native
 from grader.scan.formats import walking_fields
 from grader.scan.matchers import Hit
-from grader.scan.names import BUILTIN_NAMES, is_dunder
+from grader.scan.names import ATTR_SETTERS, BUILTIN_NAMES, GETATTR, JIT_DECORATORS, is_dunder
 from grader.scan.walk import Walker
 
 __all__ = ["BUILTIN_NAMES", "HANDLERS"]
-JIT_DECORATORS = frozenset({
-    "triton.jit", "triton.autotune", "triton.heuristics", "triton.runtime.jit",
-    "triton.runtime.jit.jit", "triton.runtime.autotune", "triton.runtime.autotuner.autotune",
-    "triton.runtime.heuristics",
-})
 _JIT_NAMES = frozenset(q.rsplit(".", 1)[1] for q in JIT_DECORATORS)
-IMPORTERS = frozenset({"__import__", "builtins.__import__", "importlib.import_module"})
-GETATTR = frozenset({"getattr", "builtins.getattr"})
-ATTR_SETTERS = frozenset({"setattr", "delattr", "builtins.setattr", "builtins.delattr"})
 BROAD = frozenset({"Exception", "BaseException"})
 FORMAT_METHODS = frozenset({"format", "format_map"})
 _DUNDER_TOKEN = re.compile(r"__[A-Za-z0-9]\w*?__")

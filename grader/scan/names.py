@@ -9,6 +9,17 @@ import re
 # resolve there or are a side door to it.
 BUILTIN_NAMES = frozenset(dir(builtins)) | {"__builtins__", "__loader__", "__spec__"}
 
+# The decorators that make a Triton kernel, and the calls that import, read or set a name
+# given as a string.
+JIT_DECORATORS = frozenset({
+    "triton.jit", "triton.autotune", "triton.heuristics", "triton.runtime.jit",
+    "triton.runtime.jit.jit", "triton.runtime.autotune", "triton.runtime.autotuner.autotune",
+    "triton.runtime.heuristics",
+})
+IMPORTERS = frozenset({"__import__", "builtins.__import__", "importlib.import_module"})
+GETATTR = frozenset({"getattr", "builtins.getattr"})
+ATTR_SETTERS = frozenset({"setattr", "delattr", "builtins.setattr", "builtins.delattr"})
+
 _DUNDER = re.compile(r"__\w+__\Z")
 
 

@@ -20,17 +20,9 @@ import ast
 
 from grader.report.model import Finding
 from grader.scan import attributes
-from grader.scan.handlers import (
-    ATTR_SETTERS,
-    BUILTIN_NAMES,
-    GETATTR,
-    HANDLERS,
-    IMPORTERS,
-    INNER,
-    JIT_DECORATORS,
-    TRY,
-)
+from grader.scan.handlers import HANDLERS, INNER, TRY
 from grader.scan.matchers import Compiled, Hit
+from grader.scan.names import ATTR_SETTERS, BUILTIN_NAMES, GETATTR, IMPORTERS, JIT_DECORATORS
 from grader.scan.scopes import shadowed_loads
 from grader.scan.walk import Pending, Pieces
 
