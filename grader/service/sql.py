@@ -10,10 +10,11 @@ catalogue query. One connection per thread for both.
 
 from __future__ import annotations
 
+import abc
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -41,7 +42,7 @@ def is_url(target: str | Path) -> bool:
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
-class Database:
+class Database(abc.ABC):
     """What :class:`grader.service.store.Store` needs from a database."""
 
     name = ""
@@ -50,22 +51,24 @@ class Database:
     def __init__(self) -> None:
         self._local = threading.local()
 
+    @abc.abstractmethod
     def conn(self) -> Conn:
-        raise NotImplementedError
+        """This thread's connection."""
 
-    @contextmanager
-    def tx(self) -> Iterator[Conn]:
-        raise NotImplementedError
-        yield  # pragma: no cover
+    @abc.abstractmethod
+    def tx(self) -> AbstractContextManager[Conn]:
+        """One transaction: committed on exit, rolled back on an exception."""
 
+    @abc.abstractmethod
     def tables(self) -> set[str]:
-        raise NotImplementedError
+        """The tables that exist."""
 
     def ddl(self, sqlite_ddl: str) -> list[str]:
         return [s for s in sqlite_ddl.split(";") if s.strip()]
 
     def lock_token(self, c: Conn, token_id: str) -> None:
         """Serialise a token's quota check with its insert (SQLite: the write lock does)."""
+        return None
 
 
 class SqliteDb(Database):
