@@ -51,3 +51,10 @@ def kgrader_json(*args: str | Path, timeout: float = 900,
     """``kgrader ARGS --json``: (exit code, the parsed document, stderr); never a traceback."""
     p = kgrader(*args, "--json", timeout=timeout, env=env, no_traceback=True)
     return p.returncode, json.loads(p.stdout), p.stderr
+
+
+def agent_retries(errors: list[dict[str, Any]]) -> bool:
+    """What an agent loop retries: the host's fault (timing_unreliable, a harness timeout:
+    origin infrastructure), or the escape check a loaded 2-core host can trip."""
+    return bool(errors) and all(e["origin"] == "infrastructure" or e["code"] == "work_escaped_timing"
+                                for e in errors)

@@ -24,6 +24,8 @@ import pytest
 from grader.agent import tools
 from grader.errors import SandboxUnavailableError
 
+from .conftest import agent_retries
+
 pytestmark = pytest.mark.bwrap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,7 +96,7 @@ def test_a_scripted_agent_reads_the_task_benches_and_sees_its_speedup(tmp_path: 
                     got = await client.call_tool(name, {"source": KERNEL},
                                                  progress_callback=on_progress)
                     res = dict(got.structured_content or {})
-                    if not _retried(res["errors"]):
+                    if not agent_retries(res["errors"]):
                         break
                 return res
 
@@ -138,10 +140,3 @@ def test_a_scripted_agent_reads_the_task_benches_and_sees_its_speedup(tmp_path: 
     assert any(m.startswith("accept_candidate: done") for m in notes), notes
     for payload in seen.values():
         _no_hidden_shape(payload)
-
-
-def _retried(errors: list[dict[str, Any]]) -> bool:
-    """What an agent loop retries: the host's fault (timing_unreliable, a harness timeout:
-    origin infrastructure), or the escape check a loaded 2-core host can trip."""
-    return bool(errors) and all(e["origin"] == "infrastructure" or e["code"] == "work_escaped_timing"
-                                for e in errors)

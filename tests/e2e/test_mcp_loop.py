@@ -32,6 +32,8 @@ import pytest
 from grader.agent import tools
 from grader.errors import SandboxUnavailableError
 
+from .conftest import agent_retries
+
 pytestmark = pytest.mark.bwrap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,7 +154,7 @@ def test_a_scripted_model_writes_its_kernel_from_the_description_and_reads_its_s
                 res: dict[str, Any] = {}
                 for _ in range(3):  # an agent retries what the host's load made
                     res = await call(name, {"source": source})
-                    if not _retried(res["errors"]):
+                    if not agent_retries(res["errors"]):
                         break
                 return res
 
@@ -207,10 +209,3 @@ def test_a_scripted_model_writes_its_kernel_from_the_description_and_reads_its_s
     for k, payload in seen.items():
         if k != "tools":
             _no_hidden_shape(payload)
-
-
-def _retried(errors: list[dict[str, Any]]) -> bool:
-    """What an agent loop retries: the host's fault (timing_unreliable, a harness timeout:
-    origin infrastructure), or the escape check a loaded 2-core host can trip."""
-    return bool(errors) and all(e["origin"] == "infrastructure" or e["code"] == "work_escaped_timing"
-                                for e in errors)
