@@ -10,7 +10,10 @@ runs through the real sandbox (bwrap) and the real judge/runner protocol:
    of runners, as each acceptance does, so that an offset that belongs to one pair of
    runners counts in the spread instead of shifting every decision alike
    (``--shared-runners``: one pair for all of a scenario's decisions, as before call F of
-   2026-12-01).
+   2026-12-01). ``--prepare-ahead K``: one decision per sandbox instead, K sandboxes
+   prepared at the device's measurement gate while one measures; the JSON then holds each
+   turn's ``[grant, end]`` interval, and the run fails (exit 3) if any two overlap
+   (``calibration_ahead.py``, ``calibration_analysis.check_gate``).
 2. Injected slowdowns of 1% and 2% (the current's programs spin a number of
    multiply-adds, or extra programs move scratch bytes, the setting found by a measured
    sweep on the device, ``calibrate_injection``): the true effect measured again from the
@@ -24,6 +27,8 @@ Plus ``examples/vector_add`` graded on the device, against the calibrated copy b
 
 Usage (GPU host):  python3 bench/calibration.py --device cuda --out bench/results/calibration.json
 Quick CPU check:   python3 bench/calibration.py --device cpu --quick --out /tmp/cal.json
+A/A only, fast:    python3 bench/calibration.py --parts decisions --scenarios aa --workloads 4us \
+                       --aa 300 --budget 4us=450 --prepare-ahead 2 --out bench/results/aa.json
 """
 
 from __future__ import annotations
@@ -31,8 +36,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
-import statistics
 import sys
 import tempfile
 import time
@@ -42,15 +45,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from calibration_ahead import AheadRun, Result  # noqa: E402
+from calibration_analysis import PAIR_OFFSET_US, GateOverlap, analyse, check_run, reanalyse, summary  # noqa: E402
 from injection import calibrate_injection  # noqa: E402
 
+from grader.backends.gate import MeasureGate  # noqa: E402
+from grader.backends.select import select_backend  # noqa: E402
 from grader.errors import InfrastructureError  # noqa: E402
 from grader.evaluate import EvalRequest, evaluate  # noqa: E402
-from grader.judgecall import mode_request, run_judge_mode  # noqa: E402
+from grader.judgecall import mode_request, resolve_device, run_judge_mode  # noqa: E402
 from grader.limits import Limits  # noqa: E402
 from grader.measure.peaks import measure_peak  # noqa: E402
 from grader.task import load_task  # noqa: E402
-from sandbox.contract.rules import SequentialSignTest, seed_rule  # noqa: E402
 from sandbox.contract.wire import CalibrateWire  # noqa: E402
 
 KERNEL = '''import torch
@@ -139,76 +145,6 @@ def make_task(root: Path, name: str, n: int, bench: dict[str, Any], check: float
     return d
 
 
-# A pair of runners' offset allowance the rules apply (us; grader.task.AcceptanceSpec's
-# default unless --pair-offset-us says otherwise): the decisions are analysed with it.
-PAIR_OFFSET_US = [0.25]
-
-
-def _sequential(cur: list[float], cand: list[float], delta: float, alpha: float,
-                point_margin: bool) -> tuple[bool, int]:
-    """(accepted, pairs used) of the sequential sign test on one decision's pairs."""
-    t = SequentialSignTest(delta=delta, alpha=alpha, looks=[25, 50, 100], point_margin=point_margin,
-                           offset_ms=PAIR_OFFSET_US[0] / 1e3)
-    n = 0
-    for c, k in zip(cur, cand, strict=True):
-        n += 1
-        if t.add(c, k) != "continue":
-            break
-    if t.decision() == "continue":
-        t.finish()
-    return t.decision() == "accept", n
-
-
-def analyse(decisions: list[dict[str, list[float]]], delta: float, alpha: float) -> dict[str, Any]:
-    ctrl_acc, ctrl_pairs, ctrl_by50, seed_acc, speedups = 0, [], 0, 0, []
-    gain_acc, gain_by50 = 0, 0
-    for d in decisions:
-        cur, cand = d["t_cur"], d["t_cand"]
-        acc, n = _sequential(cur, cand, delta, alpha, False)
-        ctrl_acc += acc
-        ctrl_by50 += acc and n <= 50
-        ctrl_pairs.append(n)
-        gacc, gn = _sequential(cur, cand, delta, alpha, True)
-        gain_acc += gacc
-        gain_by50 += gacc and gn <= 50
-        seed_acc += seed_rule(cur[:30], cand[:30], min_improvement_fraction=delta,
-                              offset_ms=PAIR_OFFSET_US[0] / 1e3).accepted
-        if len(cur) >= 100:
-            speedups.append(statistics.median(cur[:100]) / statistics.median(cand[:100]))
-    k = len(decisions)
-    sp = sorted(speedups)
-    lo = sp[int(0.025 * (len(sp) - 1))] if sp else None
-    hi = sp[math.ceil(0.975 * (len(sp) - 1))] if sp else None
-    all_cur = [x for d in decisions for x in d["t_cur"]]
-    all_cand = [x for d in decisions for x in d["t_cand"]]
-    return {"decisions": k, "controlled_accept_rate": ctrl_acc / k if k else None,
-            "controlled_accept_within_50_pairs": ctrl_by50 / k if k else None,
-            "mean_pairs_to_decision": statistics.fmean(ctrl_pairs) if ctrl_pairs else None,
-            "gain_rule_accept_rate": gain_acc / k if k else None,
-            "gain_rule_accept_within_50_pairs": gain_by50 / k if k else None,
-            "seed_accept_rate": seed_acc / k if k else None,
-            "speedup_at_100_pairs_p2.5": lo, "speedup_at_100_pairs_p97.5": hi,
-            "speedup_spread_95_pct": (max(abs(1 - lo), abs(hi - 1)) * 100) if sp else None,
-            "true_ratio_cur_over_cand": statistics.median(all_cur) / statistics.median(all_cand)
-            if all_cur else None, "median_ms_cur": statistics.median(all_cur) if all_cur else None,
-            **empty_call_offsets(decisions)}
-
-
-def empty_call_offsets(decisions: list[dict[str, Any]]) -> dict[str, Any]:
-    """Does an offset between two runners lie in their timing path? Per decision, the
-    difference of the sides' medians (us) against the difference of their empty calls' event
-    times (us): the correlation, and the spread (sd) of each."""
-    rows = [(1e3 * (statistics.median(d["t_cur"]) - statistics.median(d["t_cand"])),
-             1e3 * (d["empty_cur"] - d["empty_cand"])) for d in decisions
-            if "empty_cur" in d and d["t_cur"] and d["t_cand"]]
-    if len(rows) < 3:
-        return {}
-    xs, ys = [r[0] for r in rows], [r[1] for r in rows]
-    sx, sy = statistics.pstdev(xs), statistics.pstdev(ys)
-    corr = statistics.correlation(xs, ys) if sx > 0 and sy > 0 else None
-    return {"offset_sd_us": sx, "empty_offset_sd_us": sy, "offset_vs_empty_corr": corr}
-
-
 def decide(sc: list[dict[str, Any]], files: dict[str, str], spec: Any, ref: str, *,
            device: str, backend: str, fresh: bool,
            budget_s: float) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
@@ -269,6 +205,11 @@ def main() -> int:
                     help="one pair of runners serves all of a scenario's decisions (faster; "
                          "leaves a pair's own offset out of the spread: runs before 2026-12-01 "
                          "call F)")
+    ap.add_argument("--prepare-ahead", type=int, default=None, metavar="K",
+                    help="one decision per calibrate-mode sandbox, K sandboxes prepared (judge "
+                         "started, torch imported) at the device's measurement gate while one "
+                         "measures; 0: the same, one at a time (bench/calibration_ahead.py). "
+                         "bwrap only gains from it: docker starts a container after its grant")
     ap.add_argument("--parts", default="decisions,cheats,overhead,vector_add")
     ap.add_argument("--workloads", default="4us,10us,100us,1ms")
     ap.add_argument("--out", type=Path, required=True)
@@ -282,13 +223,19 @@ def main() -> int:
     ap.add_argument("--pair-offset-us", type=float, default=PAIR_OFFSET_US[0],
                     help="the rules' allowance for a runner pair's own offset (the task default)")
     a = ap.parse_args()
+    if a.prepare_ahead is not None and a.prepare_ahead < 0:
+        ap.error("--prepare-ahead must be 0 or more")
     PAIR_OFFSET_US[0] = a.pair_offset_us
     sizes = {"4us": 1 << 20, "10us": 1 << 22, "100us": 1 << 25, "1ms": 1 << 29}
     if a.quick:
         sizes = {"4us": 1 << 11, "10us": 1 << 12, "100us": 1 << 13, "1ms": 1 << 14}
         a.aa, a.power, a.pairs = min(a.aa, 3), min(a.power, 2), min(a.pairs, 30)
     if a.analyse:
-        return reanalyse(a.analyse, a.out)
+        try:
+            return reanalyse(a.analyse, a.out)
+        except GateOverlap as ov:
+            print(f"calibration: gate intervals overlap: {ov}", file=sys.stderr)
+            return 3
     parts = set(a.parts.split(","))
     budgets = {k: float(v) for k, v in (x.split("=") for x in a.budget.split(","))}
     res: dict[str, Any] = {"decision_check_fraction": 0.05, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -298,6 +245,11 @@ def main() -> int:
     def save() -> None:
         a.out.write_text(json.dumps(res, indent=1))
 
+    # --prepare-ahead: one gate for the device and one clock origin for the whole run.
+    gate, origin = MeasureGate("calibration"), time.monotonic()
+    be = select_backend(a.backend, resolve_device(a.device)) if a.prepare_ahead is not None else None
+    if a.prepare_ahead is not None:
+        res["gate_origin"] = "gate intervals: monotonic seconds from the run's start"
     if "decisions" in parts or "vector_add" in parts:
         peak = measure_peak(backend=a.backend, device=a.device, quick=a.quick)
         res["peaks"], res["environment"] = peak.peaks, peak.environment
@@ -339,11 +291,27 @@ def main() -> int:
                 s["pairs"] = a.pairs
                 s["calls_per_pair"] = a.calls_per_pair
                 s["budget_s"] = budgets[wname] * weights[s["name"]] / total
+                s["weight"] = weights[s["name"]]
             t0 = time.monotonic()
-            cal, errors, sandboxes = decide(sc, files, spec, ref, device=a.device, backend=a.backend,
-                                            fresh=a.fresh_runners, budget_s=budgets[wname])
+            if a.prepare_ahead is None:
+                cal, errors, sandboxes = decide(sc, files, spec, ref, device=a.device, backend=a.backend,
+                                                fresh=a.fresh_runners, budget_s=budgets[wname])
+            else:
+                def progress(r: Result, w: dict[str, Any] = w) -> None:  # a killed run keeps its decisions
+                    for name, got in r.cal.items():
+                        w[name] = {"partial": True, "raw": got["decisions"]}
+                    w["gate_intervals"], w["errors"] = r.intervals, r.errors
+                    save()
+
+                assert be is not None
+                ahead = AheadRun(sc, files, spec, ref, device=a.device, backend=be, ahead=a.prepare_ahead,
+                                 budget_s=budgets[wname], gate=gate, origin=origin, progress=progress).run()
+                cal, errors, sandboxes = ahead.cal, ahead.errors, ahead.sandboxes
+                w["gate_intervals"], w["refused_sandboxes"] = ahead.intervals, ahead.refused
             w["decision_wall_s"] = round(time.monotonic() - t0, 1)
-            w["sandboxes"], w["fresh_runners"] = sandboxes, a.fresh_runners
+            w["sandboxes"], w["prepare_ahead"] = sandboxes, a.prepare_ahead
+            w["fresh_runners"] = a.fresh_runners or a.prepare_ahead is not None
+            w.pop("errors", None)
             if errors:
                 w["errors"] = errors
             # Every rule decides at the task's margin (min_improvement_fraction = 0.01); the
@@ -354,6 +322,14 @@ def main() -> int:
                 decs = cal.get(name, {}).get("decisions", [])
                 w[name] = {"delta": delta, **analyse(decs, delta, 0.01), "raw": decs,
                            "seconds": cal.get(name, {}).get("seconds")}
+            try:
+                if n_iv := check_run(res):
+                    res["gate_check"] = f"{n_iv} gate intervals, none overlaps"
+            except GateOverlap as ov:  # the decisions are not independent: say so, loudly
+                res["gate_check"] = f"FAILED: {ov}"
+                save()
+                print(f"calibration: gate intervals overlap: {ov}", file=sys.stderr)
+                return 3
             save()
         if "cheats" in parts:
             w["cheats"] = {}
@@ -397,48 +373,6 @@ def main() -> int:
     save()
     print(summary(res))
     return 0
-
-
-def reanalyse(files: list[Path], out: Path) -> int:
-    """Merge result files (first one first) and recompute every decision summary."""
-    res: dict[str, Any] = {}
-    for f in files:
-        part = json.loads(f.read_text())
-        for key, val in part.items():
-            if key == "workloads":
-                for wn, w in val.items():
-                    res.setdefault("workloads", {}).setdefault(wn, {}).update(w)
-            elif key not in res or key in ("vector_add", "peaks", "environment"):
-                res[key] = val
-    for w in res.get("workloads", {}).values():
-        for name in ("aa", "gain1", "gain2"):
-            if name in w:
-                raw = w[name]["raw"]
-                w[name] = {**w[name], "delta": 0.01, **analyse(raw, 0.01, 0.01)}
-    res["analysed_from"] = [str(f) for f in files]
-    out.write_text(json.dumps(res, indent=1))
-    print(summary(res))
-    return 0
-
-
-def summary(res: dict[str, Any]) -> str:
-    lines = ["workload  N           median_ms  AA ctrl  AA seed  spread95%  power(gain1)@50  power(gain2)@50  pairs(gain2)  cheats"]
-    for name, w in res["workloads"].items():
-        aa, g1, g2 = w.get("aa", {}), w.get("gain1", {}), w.get("gain2", {})
-        ch = w.get("cheats", {})
-        caught = f"{sum(c['caught'] for c in ch.values())}/{len(ch)}" if ch else "-"
-
-        def f(v: Any, fmt: str = "{:.3f}") -> str:
-            return "-" if v is None else fmt.format(v)
-        lines.append(f"{name:9} {w['N']:<11} {f(aa.get('median_ms_cur'), '{:.4f}'):10} "
-                     f"{f(aa.get('controlled_accept_rate')):8} {f(aa.get('seed_accept_rate')):8} "
-                     f"{f(aa.get('speedup_spread_95_pct'), '{:.2f}'):10} "
-                     f"{f(g1.get('controlled_accept_within_50_pairs')):11} "
-                     f"{f(g2.get('controlled_accept_within_50_pairs')):11} "
-                     f"{f(g2.get('mean_pairs_to_decision'), '{:.1f}'):10} {caught}")
-    if "vector_add" in res:
-        lines.append(f"vector_add: {json.dumps(res['vector_add'])}")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
