@@ -120,9 +120,12 @@ wait; sort "$R/field/lines.txt" >> "$S"
 fi
 
 if on calibration; then
+# CAL_AHEAD=K adds --prepare-ahead K (CAL_ARGS may pass it too): one decision per sandbox, K
+# prepared at the measurement gate while one measures, the JSON saved after each decision and
+# its gate intervals checked (exit 3 if two overlap).
 timeout "${CAL_S:-400}" python3 bench/calibration.py --device cuda ${CAL_ARGS:---parts decisions --scenarios aa} \
-    --out "$R/calibration.json" > "$R/calibration.txt" 2>&1
-echo "calibration rc=$? $(tail -6 "$R/calibration.txt" | tr '\n' '|')" >> "$S"
+    ${CAL_AHEAD:+--prepare-ahead "$CAL_AHEAD"} --out "$R/calibration.json" > "$R/calibration.txt" 2>&1
+echo "calibration rc=$? $(tail -12 "$R/calibration.txt" | tr '\n' '|')" >> "$S"
 fi
 
 if on leaderboard; then
