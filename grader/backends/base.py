@@ -104,6 +104,9 @@ class SandboxOutcome:
     limit_fired: LimitName | None = None
     enforcement: Enforcement | None = None
     memory_limit_hits: int = 0  # bwrap's cgroup: usage reached memory_mib this often
+    # The kernel counts every OOM kill of the sandbox's processes (a memory cgroup), so
+    # ``oom_killed`` False means none happened; False where only a watchdog samples RSS.
+    oom_counted: bool = False
 
 
 class SandboxBackend(abc.ABC):

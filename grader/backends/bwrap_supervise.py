@@ -46,7 +46,7 @@ class Supervision:
             stdout=out, stderr=err, timed_out=ev.timed_out, oom_killed=ev.oom_killed,
             pids_limited=ev.pids_limited, output_truncated=truncated,
             limit_fired=classify(ev), enforcement=enforcement,
-            memory_limit_hits=ev.memory_limit_hits)
+            memory_limit_hits=ev.memory_limit_hits, oom_counted=ev.oom_counted)
 
 
 def supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
@@ -148,6 +148,7 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
         pids_limited=bool(cg and cg.pids_hit()) or dog.fired == "pids_limit",
         signal=decode_status(proc.returncode)[1],
         memory_limit_hits=cg.memory_limit_hits() if cg is not None else 0,
+        oom_counted=cg is not None and cg.oom_counted(),
     )
     if cg is not None:
         cg.destroy()

@@ -59,6 +59,13 @@ class CgroupSet:
                 out.update(int(x) for x in (d / "cgroup.procs").read_text().split())
         return sorted(out)
 
+    def oom_counted(self) -> bool:
+        """Whether the kernel's count of OOM kills in this tree can be read (read while the
+        cgroup exists: then :meth:`oom_killed` False means no process was OOM-killed)."""
+        d = self.dirs.get("memory")
+        return d is not None and (d / ("memory.events" if self.version == 2
+                                       else "memory.oom_control")).is_file()
+
     def oom_killed(self) -> bool:
         if self.version == 2:
             return _read_kv(self.dirs["memory"] / "memory.events").get("oom_kill", 0) > 0

@@ -53,6 +53,7 @@ class Evidence:
     pids_limited: bool = False
     signal: int | None = None
     memory_limit_hits: int = 0  # times usage reached the limit without a kill
+    oom_counted: bool = False  # the kernel's OOM-kill count was readable (a memory cgroup)
 
 
 def classify(evidence: Evidence) -> LimitName | None:

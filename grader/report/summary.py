@@ -6,6 +6,8 @@ it; the acceptance decision, the replicate's veto included, is :mod:`grader.meas
 
 from __future__ import annotations
 
+import signal
+
 from grader.backends.base import SandboxOutcome
 from grader.diagnostics.records import build_diagnostics
 from grader.measure.accept import decide_with_replicate
@@ -74,6 +76,31 @@ def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
                        message=text.clean(message, MESSAGE_MAX), line=e.line, detail=detail)
 
 
+# Signals a process sends (kill(1), a daemon's shutdown); a fault of the judge's own
+# (SIGSEGV, SIGABRT, SIGBUS, SIGSYS) may be provoked by what a runner fed it: not these.
+SENT_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+
+
+def judge_killed_from_outside(outcome: SandboxOutcome) -> bool:
+    """A judge that died of a sent signal when none of the sandbox's limits fired and the
+    kernel counts OOM kills (a memory cgroup) and counted none: the signal came from
+    outside. Inside, the runners run under other uids with no capability (they cannot
+    signal the judge), and the launcher has exec'd into the judge; the host's own kills
+    are its limits. Without a counted OOM (an RSS watchdog only) a kernel OOM kill cannot
+    be ruled out, so that stays the candidate's ``judge_died`` (fail closed). A candidate
+    that could provoke this gains a retry, never a pass."""
+    return (outcome.signal in SENT_SIGNALS and outcome.limit_fired is None
+            and outcome.oom_counted and not outcome.oom_killed and not outcome.pids_limited
+            and not outcome.timed_out)
+
+
+def _signame(sig: int | None) -> str:
+    try:
+        return signal.Signals(sig).name if sig is not None else "a signal"
+    except ValueError:
+        return f"signal {sig}"
+
+
 def no_record_error(p: ResultProblem, outcome: SandboxOutcome) -> ReportError:
     """No verified record. Whose fault: a limit that fired, or a candidate that killed the
     judge or forged, flooded or planted the record, is the candidate's; an authentic
@@ -90,6 +117,20 @@ def no_record_error(p: ResultProblem, outcome: SandboxOutcome) -> ReportError:
                                       "limits.memory_mib)" if outcome.limit_fired == "timeout"
                                       and outcome.memory_limit_hits > 0 else ""),
                            detail={"stage_unknown": True, "record": p.code})
+    if p.code == "result_missing" and outcome.exit_code == wire.EXIT_HOST_GONE \
+            and outcome.backend == "docker":
+        return ReportError(stage="sandbox", code="judge_killed", origin="infrastructure",
+                           message="the judge ended because the host's attach to its stdin "
+                                   "closed (the docker daemon restarted, or the connection "
+                                   "broke); retry",
+                           detail={"exit_code": outcome.exit_code, "signal": outcome.signal})
+    if p.code == "result_missing" and judge_killed_from_outside(outcome):
+        return ReportError(stage="sandbox", code="judge_killed", origin="infrastructure",
+                           message=f"the judge was killed by {_signame(outcome.signal)} from "
+                                   "outside the sandbox: no limit fired, the kernel counted no "
+                                   "OOM kill, and no process inside can signal the judge "
+                                   "(another uid, no capability); retry",
+                           detail={"exit_code": outcome.exit_code, "signal": outcome.signal})
     if p.code == "result_missing":
         return ReportError(stage="integrity", code="judge_died", origin="candidate",
                            message="the judge ended without a verified result: a runner killed it "

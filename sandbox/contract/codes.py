@@ -201,6 +201,11 @@ CATALOGUE: tuple[Code, ...] = (
     Code("judge_died", ("integrity",), _C,
          "The judge ended without a verified result: a runner killed it or its sandbox.",
          "Do not signal, starve or kill other processes.", current=False),
+    Code("judge_killed", ("sandbox",), _I,
+         "The judge was stopped from outside the sandbox: killed by a signal an operator or "
+         "a daemon sent (no limit fired, the kernel counted no OOM kill, nothing inside can "
+         "signal the judge), or ended because the host's tether to it closed.",
+         "Retry; find what on the host sends signals to kgrader's sandboxes.", current=False),
     Code("result_missing", ("integrity",), _C,
          "No result record; reported as judge_died or as the limit that fired.",
          "See judge_died.", current=False),

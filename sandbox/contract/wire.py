@@ -41,6 +41,10 @@ SECRET_NAME = ".judge-secret.json"
 # The measurement gate's FIFO (grader.backends.gate): a gated judge reads one byte from
 # it before it touches the device, then unlinks it.
 GATE_NAME = ".gate"
+# Set to "stdin" by a backend that holds the judge's stdin open for the host's whole life
+# (docker: an attach with stdin_once): the judge ends when it closes (sandbox.judge.main.tether).
+TETHER_ENV = "KGRADER_TETHER"
+EXIT_HOST_GONE = 75  # the judge's exit status when its tether closed (no record written)
 CANDIDATE_NAME = "candidate.py"
 CURRENT_NAME = "current.py"
 JUDGE_UID = 65534

@@ -8,6 +8,7 @@ whose MAC verifies with the key that was in the request, which no runner ever sa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -15,6 +16,7 @@ import os
 import stat
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -22,9 +24,11 @@ _STARTED = (time.time(), time.monotonic())
 
 from sandbox.contract.failure import infrastructure
 from sandbox.contract.wire import (
+    EXIT_HOST_GONE,
     GATE_NAME,
     RESULT_NAME,
     SECRET_NAME,
+    TETHER_ENV,
     WIRE_VERSION,
     ErrorWire,
     JudgeRequest,
@@ -38,6 +42,27 @@ from sandbox.launcher import harden
 OUT = os.environ.get("KGRADER_OUT", "/kg/out")
 SECRET = os.path.join(OUT, SECRET_NAME)
 RESULT = os.path.join(OUT, RESULT_NAME)
+
+
+
+
+def tether() -> None:
+    """With ``KGRADER_TETHER=stdin`` (the docker backend, which attaches to the container's
+    stdin with ``stdin_once``): when the host process that started this sandbox dies, the
+    daemon closes that stdin, and the judge ends at once, and with it the container (its
+    init exits, the kernel kills the rest of the pid namespace). Nothing is left running
+    for the next sweep; bwrap has ``--die-with-parent`` for the same. The host writes
+    nothing: any read, data or end of file, means the host is gone or broken. Runners get
+    ``/dev/null`` as stdin, so no candidate holds or reads this descriptor."""
+    if os.environ.get(TETHER_ENV) != "stdin":
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(OSError):
+            os.read(0, 1)
+        os._exit(EXIT_HOST_GONE)
+
+    threading.Thread(target=watch, name="kgrader-tether", daemon=True).start()
 
 
 def read_secret() -> bytes:
@@ -118,6 +143,7 @@ def _parse(data: bytes) -> tuple[bytes, JudgeRequest | None, ErrorWire | None]:
 
 def main() -> int:
     harden.make_undumpable()
+    tether()
     key, req, problem = _parse(read_secret())
     if req is None:
         if key:

@@ -117,6 +117,46 @@ def test_judge_died_without_a_record_is_the_candidates_integrity_failure() -> No
     assert (err.stage, err.code, err.origin) == ("integrity", "judge_died", "candidate")
 
 
+def _killed(**kw: object) -> object:
+    from grader.backends.base import SandboxOutcome
+
+    fields: dict[str, object] = {"exit_code": None, "signal": 9, "oom_counted": True, **kw}
+    return SandboxOutcome(backend="bwrap", wall_s=1.0, **fields)  # type: ignore[arg-type]
+
+
+def test_judge_killed_by_a_sent_signal_with_no_limit_is_the_infrastructures() -> None:
+    from grader.report.summary import no_record_error
+
+    for sig in (9, 15, 2, 1):
+        err = no_record_error(ResultProblem("result_missing", "no record"), _killed(signal=sig))  # type: ignore[arg-type]
+        assert (err.stage, err.code, err.origin) == ("sandbox", "judge_killed", "infrastructure")
+
+
+def test_docker_judge_whose_tether_closed_is_the_infrastructures() -> None:
+    from grader.backends.base import SandboxOutcome
+    from grader.report.summary import no_record_error
+
+    out = SandboxOutcome(backend="docker", exit_code=wire.EXIT_HOST_GONE, signal=None, wall_s=1.0)
+    err = no_record_error(ResultProblem("result_missing", "no record"), out)
+    assert (err.code, err.origin) == ("judge_killed", "infrastructure")
+    # bwrap sets no tether: the same status there is no proof of anything
+    out = SandboxOutcome(backend="bwrap", exit_code=wire.EXIT_HOST_GONE, signal=None, wall_s=1.0)
+    assert no_record_error(ResultProblem("result_missing", "no record"), out).code == "judge_died"
+
+
+@pytest.mark.parametrize("kw", [
+    {"oom_counted": False},  # an RSS watchdog only: a kernel OOM kill cannot be ruled out
+    {"signal": 11}, {"signal": 6}, {"signal": 31},  # the judge's own fault, maybe provoked
+    {"signal": None, "exit_code": 1},
+    {"oom_killed": True}, {"pids_limited": True},
+])
+def test_judge_death_without_proof_of_an_outside_kill_stays_the_candidates(kw: dict[str, object]) -> None:
+    from grader.report.summary import no_record_error
+
+    err = no_record_error(ResultProblem("result_missing", "no record"), _killed(**kw))  # type: ignore[arg-type]
+    assert err.origin == "candidate" and err.code == "judge_died", err
+
+
 def test_judge_died_while_a_limit_fired_is_that_limit() -> None:
     from grader.report.summary import no_record_error
 

@@ -163,7 +163,7 @@ class DockerBackend(SandboxBackend):
             backend=self.name, exit_code=exit_code, signal=sig, wall_s=w.wall_s,
             stdout=out, stderr=err, timed_out=w.evidence.timed_out,
             oom_killed=w.evidence.oom_killed, pids_limited=w.evidence.pids_limited,
-            output_truncated=truncated, limit_fired=fired,
+            output_truncated=truncated, limit_fired=fired, oom_counted=w.evidence.oom_counted,
             enforcement=enforcement(spec, w.pids_visible, gpu),
         )
         log.info("docker.finished", label=spec.label, exit_code=exit_code, signal=sig,

@@ -41,6 +41,7 @@ from grader.backends.gpu import (
     resolve_gpu_ids,
 )
 from grader.backends.owner import current_owner
+from sandbox.contract.wire import TETHER_ENV
 
 LABEL = "kgrader"
 LABEL_RUN = "kgrader.label"
@@ -87,6 +88,7 @@ def environment(spec: SandboxSpec, gids: tuple[int, ...]) -> dict[str, str]:
     env.setdefault("OMP_NUM_THREADS", str(max(1, math.ceil(spec.limits.cpus))))
     env.update(PYTHONPATH=HARNESS_MOUNT, HOME=SCRATCH_MOUNT, TMPDIR=SCRATCH_MOUNT)
     env[DEVICE_GIDS_ENV] = ",".join(map(str, gids))
+    env[TETHER_ENV] = "stdin"  # the judge ends when the host's stdin attach closes
     return env
 
 
@@ -146,8 +148,12 @@ def container_kwargs(
         ],
         "init": True,
         "log_config": LogConfig(type=LogConfig.types.NONE),
-        "stdin_open": False,
+        # Open stdin, closed by the daemon when the host's one attach goes: docker-py sets
+        # StdinOnce only for a non-detached config (the Attach* flags it adds are the CLI's
+        # and change nothing for create/start). The judge's tether
+        # (sandbox.judge.main.tether) then ends the container.
+        "stdin_open": True,
         "tty": False,
-        "detach": True,
+        "detach": False,
         **gpu_options(gpu, gids),
     }

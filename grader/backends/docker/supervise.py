@@ -95,6 +95,19 @@ def _stream(client: docker.DockerClient, container: Container, stdout: bool) -> 
     return chunks
 
 
+def _tether(client: docker.DockerClient, container: Container) -> Any:
+    """The container's stdin, attached before it starts and held until it ends: when this
+    process dies the kernel closes the socket, the daemon closes the container's stdin
+    (``stdin_once``) and the judge ends the container (``sandbox.judge.main.tether``).
+    Without it (an attach refused) a SIGKILLed host's container runs on until its judge
+    ends or the next sweep: logged, not fatal."""
+    try:
+        return client.api.attach_socket(container.id, params={"stdin": 1, "stream": 1})
+    except (docker.errors.DockerException, *_STREAM_ERRORS) as e:
+        log.warning("docker.tether_unavailable", id=container.short_id, error=str(e)[:200])
+        return None
+
+
 def supervise(client: docker.DockerClient, container: Container, wall_s: float,
               cap: int) -> Watched:
     """Start ``container`` and watch it until it ends or the host kills it."""
@@ -105,6 +118,7 @@ def supervise(client: docker.DockerClient, container: Container, wall_s: float,
                                   errors=_STREAM_ERRORS, close=getattr(stream, "close", None)))
     for d in drains:
         d.start()
+    tether = _tether(client, container)
     started = time.monotonic()
     container.start()
     watcher = PidsWatcher(container, pids_events_file(str(container.id)))
@@ -116,12 +130,16 @@ def supervise(client: docker.DockerClient, container: Container, wall_s: float,
         wall = time.monotonic() - started
         watcher.stop.set()
         watcher.join(timeout=2)
+        if tether is not None:
+            with contextlib.suppress(*_STREAM_ERRORS):
+                tether.close()
     for d in drains:
         d.join(timeout=10)
     container.reload()
     oom = bool(container.attrs.get("State", {}).get("OOMKilled", False))
+    # dockerd sets State.OOMKilled from the container cgroup's OOM events: counted.
     evidence = Evidence(timed_out=timed_out, oom_killed=oom, pids_limited=watcher.hit,
-                        signal=decode_status(status)[1])
+                        signal=decode_status(status)[1], oom_counted=True)
     return Watched(drains[0], drains[1], status, round(wall, 3), evidence,
                    watcher.cgroup_file is not None)
 
