@@ -10,9 +10,16 @@
 #             graded (FIELD_J at once, FIELD_PROBLEMS to narrow, DEVICE to try it on a CPU);
 #   calibration  bench/calibration.py with CAL_ARGS (A/A decisions, power, cheats, overhead);
 #   leaderboard  bench/leaderboard.py with LB_ARGS (throughput on the examples' mix);
-#   pytest    the GPU tests (tests/e2e/test_gpu.py; PYTEST_K a -k filter, PYTEST_S a limit).
+#   pytest    the GPU tests (tests/e2e/test_gpu.py; PYTEST_K a -k filter, PYTEST_S a limit);
+#   soak      bench/soak.py on the CPU, bwrap only: SOAK_LANES lanes at once (default 32, two per
+#             core of a 16-core host), SOAK_N iterations, SOAK_SEED, SOAK_S seconds of new
+#             iterations, SOAK_LB leaderboard kill/resume rounds, SOAK_T the hard limit;
+#             rows and summary in $OUT/soak.jsonl;
+#   service   bench/service_load.py on the CPU, bwrap: SVC_N submissions from SVC_CLIENTS clients
+#             to SVC_WORKERS workers, SVC_T the limit; its JSON in $OUT/service.json.
 # Default SECTIONS: "legit honest attacks returned pytest". Everything lands in
-# $OUT/integrity.tgz; summary.txt holds one line per run.
+# $OUT/integrity.tgz (soak and service also write their JSON beside it); summary.txt holds
+# one line per run.
 # Usage on the device, in a git archive of the commit: OUT=... SECTIONS=... bash bench/gpu_integrity.sh
 set -u
 source bench/gpu_env.sh || exit 1
@@ -138,6 +145,22 @@ if on pytest; then
 timeout "${PYTEST_S:-400}" python3 -m pytest -q -p no:cacheprovider --durations=10 tests/e2e/test_gpu.py \
     ${PYTEST_K:+-k "$PYTEST_K"} > "$R/pytest_gpu.txt" 2>&1
 echo "pytest_gpu rc=$? $(grep -E 'passed|failed' "$R/pytest_gpu.txt" | tail -1)" >> "$S"
+fi
+
+if on soak; then  # the lanes are the load; --device cpu: the GPU is not used
+timeout -k 20 "${SOAK_T:-580}" python3 bench/soak.py --lanes "${SOAK_LANES:-32}" --n "${SOAK_N:-600}" \
+    --seed "${SOAK_SEED:-1}" --max-wall-s "${SOAK_S:-480}" --lb-rounds "${SOAK_LB:-1}" \
+    --out "$OUT/soak.jsonl" > "$R/soak.txt" 2>&1
+echo "soak rc=$? $(python3 bench/soak_line.py "$OUT/soak.jsonl")" >> "$S"
+fi
+
+if on service; then
+python3 -c 'import requests, starlette, uvicorn' > "$R/service.err" 2>&1 &&
+timeout -k 20 "${SVC_T:-570}" python3 bench/service_load.py --n "${SVC_N:-500}" \
+    --clients "${SVC_CLIENTS:-20}" --workers "${SVC_WORKERS:-16}" --device cpu --backend bwrap \
+    --json > "$OUT/service.json" 2>> "$R/service.err"
+echo "service rc=$? $(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["wall_s"], "s",
+    d["evaluations_per_min"], "/min latency", d["latency_s"], "checks", d["checks"])' "$OUT/service.json" 2>&1 | tail -1)" >> "$S"
 fi
 cat "$S"
 tar -czf "$OUT/integrity.tgz" -C /tmp kg-integrity
