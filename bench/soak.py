@@ -82,7 +82,7 @@ def summarise(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any
             "codes": {f: dict(Counter(str(r.get("code")) for r in evals if r["fault"] == f))
                       for f in FAULTS if any(r["fault"] == f for r in evals)},
             "honest_no_fault_failed": [r for r in evals if r["fault"] == "none" and r["honest"]
-                                       and r["expected"] not in ("pass", "infra")],
+                                       and r["expected"] not in ("pass", "infra", "aborted")],
             "cheats_passed": [r for r in evals if r["expected"] == "cheat_passed"],
             "wrong_blame": [{k: r.get(k) for k in ("i", "lane", "fault", "candidate", "code",
                                                    "message")}
@@ -149,10 +149,12 @@ def run_lanes(lanes: list[Lane], a: argparse.Namespace, faults: list[str],
                 t.join(1.0)
     except KeyboardInterrupt:  # SIGINT or SIGTERM: stop every lane, kill its run in flight
         lanes[0].s.stop.set()
-        for lane in lanes:
-            lane.abort()
-        for t in threads:
-            t.join(30)
+        end = time.monotonic() + 60
+        while any(t.is_alive() for t in threads) and time.monotonic() < end:
+            for lane in lanes:
+                lane.abort()
+            for t in threads:
+                t.join(0.2)
         return True
     return False
 

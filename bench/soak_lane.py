@@ -101,7 +101,10 @@ class Lane:
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         self.host = host
-        return host, self.s.owner_of(host.pid)
+        owner = self.s.owner_of(host.pid)
+        if self.s.stop.is_set():  # stopped while this run was being set up
+            self.abort()
+        return host, owner
 
     def sample(self, host: subprocess.Popen[str], owner: str, seen: dict[int, float]) -> dict[int, float]:
         procs = {**self.s.monitor.tree(host.pid), **self.s.left.container_procs(owner)}
@@ -154,9 +157,12 @@ class Lane:
             row["dockerd_overlap"] = True  # another lane restarted the daemon under this run
         row.update(parse(out, err))
         row["expected"] = expected(row, expect)
+        if self.s.stop.is_set() and host.returncode == -signal.SIGKILL:
+            row["expected"] = "aborted"  # the bench itself was stopped and killed this run
         time.sleep(3)  # --die-with-parent and the container kill take a moment
         self.leftovers(row, seen, owner, tmpdir, killed=(fault == "kill_host" and fired)
-                       or fault == "dockerd_restart" or bool(row.get("dockerd_overlap")))
+                       or fault == "dockerd_restart" or bool(row.get("dockerd_overlap"))
+                       or row["expected"] == "aborted")
         if fault == "disk_full":
             (self.full / "filler").unlink(missing_ok=True)
         return row
