@@ -68,6 +68,12 @@ class SandboxUnavailableError(InfrastructureError):
     code = "sandbox_unavailable"
 
 
+class HostDiskFullError(InfrastructureError):
+    """The host's temporary folder cannot hold an evaluation folder (full, or unusable)."""
+
+    code = "disk_full"
+
+
 class ImageMissingError(SandboxUnavailableError):
     """The docker image is not present locally (kgrader never pulls)."""
 

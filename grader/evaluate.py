@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from grader import __version__
 from grader.backends.base import SandboxBackend, SandboxOutcome
+from grader.backends.cleanup import free_bytes
 from grader.backends.gate import MeasureGate
 from grader.backends.select import select_backend
 from grader.diagnostics.locate import sanitize_request
@@ -198,7 +199,7 @@ def collect(report: Report, spec: TaskSpec, backend: SandboxBackend, outcome: Sa
                                  "_judge_started": record.judge_started or 0.0,
                                  "_judge_finished": record.judge_finished or 0.0}
     except ResultProblem as p:
-        report.errors.append(no_record_error(p, outcome))
+        report.errors.append(no_record_error(p, outcome, free_bytes(staged.out_dir)))
         report.stage = report.errors[-1].stage
         log.warning("result_rejected", code=report.errors[-1].code)
         return report

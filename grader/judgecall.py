@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
-from grader.backends.cleanup import mark_kept, mark_owner
+from grader.backends.cleanup import disk_full, mark_kept, mark_owner, require_room, temp_base
 from grader.backends.gate import MeasureGate, Turn, make_fifo
 from grader.backends.select import detect_device, select_backend
 from grader.backends.stop import ensure_running
-from grader.errors import InfrastructureError, UsageError
+from grader.errors import HostDiskFullError, InfrastructureError, UsageError
 from grader.limits import Limits
 from grader.report.record import ResultProblem, read_result
 from sandbox.contract import wire
@@ -71,13 +71,23 @@ def make_eval_dirs(parent: Path | None, prefix: str) -> tuple[Path, Path, Path]:
     bind ``in/`` and ``out/`` themselves, so no sandbox uid resolves a path through it, and
     what a SIGKILL leaves is its owner's alone."""
     ensure_running()  # a process told to stop starts no new sandbox (grader.backends.stop)
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    root = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    mark_owner(root)  # lets the next kgrader process reclaim it if this one is killed
-    in_dir, out_dir = root / "in", root / "out"
-    in_dir.mkdir(mode=0o755)
-    out_dir.mkdir(mode=0o700)
+    base = parent if parent is not None else temp_base()
+    try:
+        if parent is not None:
+            parent.mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix=prefix, dir=require_room(base)))
+    except OSError as e:
+        raise disk_full(e, base) or HostDiskFullError(
+            f"cannot make an evaluation folder in {base}: {e}",
+            hint="set TMPDIR (or the work folder) to a writable folder") from None
+    try:
+        mark_owner(root)  # lets the next kgrader process reclaim it if this one is killed
+        in_dir, out_dir = root / "in", root / "out"
+        in_dir.mkdir(mode=0o755)
+        out_dir.mkdir(mode=0o700)
+    except OSError as e:
+        shutil.rmtree(root, ignore_errors=True)
+        raise disk_full(e, base) or e from None
     return root, in_dir, out_dir
 
 
@@ -151,6 +161,9 @@ def stage(request: wire.JudgeRequest, files: Mapping[str, str], limits: Limits, 
                                                   limits=limits_wire(limits)))
         if gated:
             make_fifo(out_dir)
+    except OSError as e:
+        shutil.rmtree(root, ignore_errors=True)
+        raise disk_full(e, root.parent) or e from None
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise

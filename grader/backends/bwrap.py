@@ -47,7 +47,7 @@ from grader.backends.base import (
     prepare_out_dir,
 )
 from grader.backends.bwrap_supervise import Supervision, supervise
-from grader.backends.cleanup import current_owner, mark_owner, remove_quietly
+from grader.backends.cleanup import current_owner, disk_full, mark_owner, remove_quietly, temp_base
 from grader.backends.enforcement import (
     DiskEnforcement,
     Enforcement,
@@ -251,7 +251,11 @@ class BwrapBackend(SandboxBackend):
         prepare_out_dir(spec.out_dir)
         lim = spec.limits
         name = spec.label or uuid.uuid4().hex[:12]
-        scratch_root = Path(tempfile.mkdtemp(prefix="kgrader-scratch-"))
+        try:
+            scratch_root = Path(tempfile.mkdtemp(prefix="kgrader-scratch-", dir=temp_base()))
+        except OSError as e:
+            raise disk_full(e, temp_base()) or SandboxUnavailableError(
+                f"cannot make the scratch mount points in {temp_base()}: {e}") from None
         try:
             mark_owner(scratch_root)
             scratch = (

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ import structlog
 
 from grader.backends import cgroups as cg
 from grader.backends.owner import current_owner, owner_alive, owner_gone, owner_of
+from grader.errors import HostDiskFullError
 
 # The owner tokens live in grader.backends.owner (a leaf the docker backend imports too);
 # they are re-exported here, beside the markers that carry them.
@@ -55,9 +57,52 @@ __all__ = [
     "reclaim_orphans",
     "remove_quietly",
     "sweep_orphans",
+    "temp_base",
 ]
 
 log = structlog.get_logger("kgrader.cleanup")
+
+# Room an evaluation folder needs on the host: sealed sources, the secret, the judge's
+# record (capped by limits.result_bytes) and the backend's own files.
+MIN_FREE_BYTES = 32 << 20
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+TMP_HINT = "free space there, or set TMPDIR to a folder with room"
+
+
+def temp_base() -> Path:
+    """Where evaluation folders go, and where the sweep looks: ``$TMPDIR`` exactly when it
+    is set (never Python's silent fall-back to ``/tmp`` when it is full or missing, which
+    would put folders where the next command's sweep does not look), else the platform's
+    temporary folder."""
+    raw = os.environ.get("TMPDIR")
+    return Path(raw) if raw else Path(tempfile.gettempdir())
+
+
+def free_bytes(path: Path) -> int | None:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def require_room(base: Path) -> Path:
+    """``base`` if an evaluation folder fits there, else :class:`HostDiskFullError`."""
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise HostDiskFullError(f"the temporary folder {base} is missing or not writable",
+                                hint="set TMPDIR to a writable folder")
+    free = free_bytes(base)
+    if free is not None and free < MIN_FREE_BYTES:
+        raise HostDiskFullError(f"the temporary folder {base} has {free >> 10} KiB free; an "
+                                f"evaluation needs at least {MIN_FREE_BYTES >> 20} MiB",
+                                hint=TMP_HINT)
+    return base
+
+
+def disk_full(e: OSError, where: Path) -> HostDiskFullError | None:
+    """The typed error for an ``OSError`` that is the disk's (ENOSPC, EDQUOT), else None."""
+    if e.errno not in DISK_ERRNOS:
+        return None
+    return HostDiskFullError(f"no room left in {where}: {e.strerror}", hint=TMP_HINT)
 OWNER_FILE = ".kgrader-owner"
 FOLDER_PREFIXES = ("kgrader-eval-", "kgrader-mode-", "kgrader-scratch-")
 UNOWNED_AFTER_S = 24 * 3600.0
@@ -154,7 +199,7 @@ def reclaim_folders(
 ) -> tuple[list[str], list[str], list[str]]:
     """``(removed, kept, errors)`` for evaluation folders in ``temp_dir`` (default: the
     temp dir)."""
-    base = Path(temp_dir or tempfile.gettempdir())
+    base = Path(temp_dir or temp_base())
     removed: list[str] = []
     kept: list[str] = []
     errors: list[str] = []
@@ -241,7 +286,7 @@ def sweep_orphans(temp_dir: Path | None = None) -> CleanupReport:
     another user's or another host's item stays for ``kgrader sandbox cleanup``. Never
     raises.
     """
-    base = Path(temp_dir or tempfile.gettempdir())
+    base = Path(temp_dir or temp_base())
     removed: list[str] = []
     errors: list[str] = []
     try:

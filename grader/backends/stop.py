@@ -25,7 +25,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ from grader.backends.cleanup import (
     marked_here,
     owner_alive,
     read_marker,
+    temp_base,
 )
 from grader.errors import InfrastructureError
 
@@ -136,7 +136,7 @@ def reclaim_own(temp_dir: Path | None = None) -> int:
     the temp dir or elsewhere) unless kept on purpose, its cgroups, its containers.
     """
     me = current_owner()
-    base = Path(temp_dir or tempfile.gettempdir())
+    base = Path(temp_dir or temp_base())
     paths = set(marked_here())
     with contextlib.suppress(OSError):
         paths |= {p for p in base.iterdir() if p.name.startswith(FOLDER_PREFIXES)}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 
 from grader.backends.base import SandboxOutcome
+from grader.backends.cleanup import MIN_FREE_BYTES
 from grader.diagnostics.records import build_diagnostics
 from grader.measure.accept import decide_with_replicate
 from grader.report.model import (
@@ -101,7 +102,8 @@ def _signame(sig: int | None) -> str:
         return f"signal {sig}"
 
 
-def no_record_error(p: ResultProblem, outcome: SandboxOutcome) -> ReportError:
+def no_record_error(p: ResultProblem, outcome: SandboxOutcome,
+                    out_free: int | None = None) -> ReportError:
     """No verified record. Whose fault: a limit that fired, or a candidate that killed the
     judge or forged, flooded or planted the record, is the candidate's; an authentic
     record the host cannot read (version skew, a judge bug) is the infrastructure's."""
@@ -117,6 +119,15 @@ def no_record_error(p: ResultProblem, outcome: SandboxOutcome) -> ReportError:
                                       "limits.memory_mib)" if outcome.limit_fired == "timeout"
                                       and outcome.memory_limit_hits > 0 else ""),
                            detail={"stage_unknown": True, "record": p.code})
+    if p.code == "result_missing" and out_free is not None and out_free < MIN_FREE_BYTES:
+        # No runner can write to the host's disk (a tmpfs scratch, RLIMIT_FSIZE, the judge's
+        # folder is the judge's uid's): a full disk there is the host's.
+        return ReportError(stage="sandbox", code="disk_full", origin="infrastructure",
+                           message=f"the judge left no record, and the host's folder for it "
+                                   f"has {out_free >> 10} KiB free: free space in TMPDIR, or "
+                                   "point it at a folder with room; retry",
+                           detail={"free_bytes": out_free, "exit_code": outcome.exit_code,
+                                   "signal": outcome.signal})
     if p.code == "result_missing" and outcome.exit_code == wire.EXIT_HOST_GONE \
             and outcome.backend == "docker":
         return ReportError(stage="sandbox", code="judge_killed", origin="infrastructure",

@@ -267,6 +267,11 @@ CATALOGUE: tuple[Code, ...] = (
     _host("infrastructure", _I, "kgrader or the machine failed.", "Read the message; retry."),
     _host("sandbox_unavailable", _I, "The selected backend cannot start a sandbox here.",
           "Install bubblewrap or start dockerd (scripts/setup.sh)."),
+    Code("disk_full", ("sandbox",), _I,
+         "The host's temporary folder (TMPDIR) is full, missing or not writable: no evaluation "
+         "folder fits, or the judge could not write its record there.",
+         "Free space there, or point TMPDIR at a folder with room; then retry.",
+         where=("host", "report"), current=False),
     _host("image_missing", _I, "The docker image is not present (kgrader never pulls).",
           "Build it: kgrader docker build."),
     _host("image_build_failed", _I, "Building the docker image failed.",
