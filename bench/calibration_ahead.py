@@ -20,7 +20,8 @@ The workload's budget bounds the run: no sandbox is started, and none waiting at
 is granted, once the budget is less than one measurement away (the median turn so far); a
 sandbox already granted finishes, so the run overruns by at most one turn. A sandbox that
 fails loses only its own decision (recorded in ``errors``); :data:`MAX_FAILURES_IN_ROW`
-failures in a row stop the workload, since the cause is then not one sandbox.
+failures in a row stop the workload, since the cause is then not one sandbox (a failure is
+known only once its sandbox gave the gate back, so the next one prepared may still run).
 """
 
 from __future__ import annotations
