@@ -23,27 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import logging
 import os
 import queue
-import signal
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
 
 from grader.backends.gate import MeasureGate
 from grader.errors import InfrastructureError, UsageError
 from grader.leaderboard.job import Job, JobOutcome, run_job
+from grader.leaderboard.ray_cluster import ClusterLost, connect, lost_errors
 
 OnResult = Callable[[Job, JobOutcome], None]
 CANCEL_WAIT_S = 30.0
-
-
-class ClusterLost(InfrastructureError):
-    """The Ray cluster went away mid-run."""
-
-    code = "ray_cluster_lost"
 
 
 class Engine(Protocol):
@@ -123,47 +115,15 @@ def _ray_entry(job: Job, device: str) -> JobOutcome:
     return run_job(job, gpu_ids, engine="ray")
 
 
-@contextlib.contextmanager
-def _keep_signal_handlers() -> Iterator[None]:
-    """Put back the SIGINT/SIGTERM handlers ``ray.init`` replaces with its own (which exit
-    the driver at once): the CLI's handlers must run, so that the driver cancels its
-    tasks and the workers stop their sandboxes."""
-    main = threading.current_thread() is threading.main_thread()
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            if handler is not None:
-                signal.signal(sig, handler)
-
-
 class RayEngine:
     """Ray tasks on an existing cluster; the driver commits results as they arrive."""
 
     name = "ray"
 
     def __init__(self, address: str, device: str, workers: int | None = None):
-        try:
-            import ray
-        except ImportError:
-            raise UsageError("--engine ray needs the ray package (pip install 'ray>=2.9')") from None
-        self.ray: Any = ray
-        ray_mod: Any = ray
+        ray_mod: Any = connect(address, "--engine ray")
+        self.ray: Any = ray_mod
         self.device = "cuda" if device == "cuda" else "cpu"
-        try:
-            extra: dict[str, Any] = {}
-            if address.startswith(("127.", "localhost")):
-                # A loopback cluster: keep the driver's own endpoints on loopback too, rather
-                # than on whatever address Ray picks for this host.
-                extra["_node_ip_address"] = "127.0.0.1"
-            with _keep_signal_handlers():
-                ray_mod.init(address=address, ignore_reinit_error=True, log_to_driver=False,
-                             include_dashboard=False, logging_level=logging.ERROR, **extra)
-        except Exception as e:
-            raise InfrastructureError(f"cannot connect to the Ray cluster at {address!r}: {e}",
-                                      hint="start one with `ray start --head` or pass "
-                                           "--ray-address HOST:PORT") from None
         res = ray_mod.cluster_resources()
         key = "GPU" if self.device == "cuda" else "CPU"
         if res.get(key, 0) < 1:
@@ -193,8 +153,7 @@ class RayEngine:
                         outcome = JobOutcome(None, f"ray task failed: {e}")
                     on_result(job, outcome)
         except BaseException as e:
-            if not isinstance(e, (ray.exceptions.RaySystemError, ray.exceptions.RayError,
-                                  ConnectionError)):
+            if not isinstance(e, lost_errors(ray)):
                 self._cancel(refs)  # interrupted: the cluster's tasks must stop too
                 raise
             raise ClusterLost(f"the Ray cluster went away mid-run ({type(e).__name__}: "
