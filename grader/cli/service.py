@@ -42,7 +42,8 @@ def register(cli: click.Group) -> None:
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto",
               show_default=True)
 @click.option("--workers", type=int, default=None,
-              help="Workers: default one per GPU, or 1 on the CPU.")
+              help="Workers: default one per GPU, or 1 on the CPU (on a Ray cluster: one per "
+                   "GPU of the cluster, or half its CPUs).")
 @click.option("--max-source-bytes", type=int, default=256 * 1024, show_default=True,
               help="A candidate larger than this is refused (413).")
 @click.option("--max-attempts", type=int, default=2, show_default=True,
@@ -58,12 +59,15 @@ def register(cli: click.Group) -> None:
                    "behind; ~1 GB each); 0 grades every job cold.")
 @click.option("--db", envvar=DB_ENV, default=None,
               help=f"A postgresql:// URL for the store (or ${DB_ENV}); default: SQLite in --data.")
+@click.option("--ray-address", default=None,
+              help="Grade on this running Ray cluster (HOST:PORT or auto): one worker per GPU "
+                   "of the cluster, or --workers (default half its CPUs); each job a Ray task.")
 @click.pass_context
 @kgrader_errors
 def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str, port: int,
           backend: str, device: str, workers: int | None, max_source_bytes: int,
           max_attempts: int, read_per_min: float, board_refresh: int,
-          seed_secret: Path | None, warm: int, db: str | None) -> None:
+          seed_secret: Path | None, warm: int, db: str | None, ray_address: str | None) -> None:
     """Serve the grading API and the live board (until SIGINT/SIGTERM)."""
     ctx.obj = (data_dir, db)
     if ctx.invoked_subcommand is not None:
@@ -77,7 +81,7 @@ def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str,
                         workers=workers, max_source_bytes=max_source_bytes,
                         max_attempts=max_attempts, read_per_min=read_per_min,
                         board_refresh_s=board_refresh, seed_secret=seed_secret, db=db,
-                        warm=warm)
+                        warm=warm, ray_address=ray_address)
     click.echo(f"kgrader serve: http://{host}:{port}/ (board at /board/)", err=True)
     run_server(cfg, host, port)
 

@@ -1,6 +1,7 @@
 """The HTTP API (Starlette, served by uvicorn). Routes (JSON unless said otherwise):
 
-* ``GET /v1/health`` -- no token: queue counts and worker count;
+* ``GET /v1/health`` -- no token: queue counts and worker count (on a Ray cluster, its
+  state: ``ok`` is false while it is gone);
 * ``GET /v1/tasks`` -- the tasks this server grades; ``GET /v1/queue`` -- operators:
   counts per state, claims and grades in total;
 * ``POST /v1/submissions`` ``{"task", "mode", "source", "label"?}`` -- 201 with the job
@@ -238,7 +239,8 @@ async def queue(request: Request) -> Response:
 async def health(request: Request) -> Response:
     svc: Service = request.app.state.svc
     counts = await run_in_threadpool(svc.store.counts)
-    return JSONResponse({"ok": True, "jobs": counts, "workers": len(svc.workers.slots)})
+    return JSONResponse({"ok": True, "jobs": counts, "workers": len(svc.workers.slots),
+                         **svc.workers.health()})
 
 
 async def view(request: Request) -> Response:

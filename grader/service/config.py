@@ -38,6 +38,7 @@ class ServiceConfig:
     seed_secret: Path | None = None
     db: str | None = None  # a postgresql:// URL; None: SQLite in data_dir
     warm: int = 0  # warm sandboxes kept per template (grader.pool); 0: every job cold
+    ray_address: str | None = None  # grade on this Ray cluster (grader.service.ray_workers)
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_source_bytes <= MAX_BYTES:
@@ -48,6 +49,14 @@ class ServiceConfig:
             raise UsageError("--warm must be 0 (cold) or more")
         if self.max_attempts < 1:
             raise UsageError("--max-attempts must be at least 1")
+        if self.ray_address is not None:
+            if not self.ray_address.strip():
+                raise UsageError("--ray-address must be HOST:PORT or auto")
+            if self.warm:
+                raise UsageError("--warm keeps sandboxes on this host: it cannot be combined "
+                                 "with --ray-address (each Ray job runs cold on its node)")
+            if self.device == "rocm":
+                raise UsageError("--ray-address grades on cpu or cuda, not --device rocm")
         if self.db is not None and not is_url(self.db):
             raise UsageError("--db must be a postgresql:// URL (without it: SQLite in --data)")
 
@@ -79,7 +88,8 @@ class ServiceConfig:
 
     def slots(self) -> list[Slot]:
         """One worker per GPU on a GPU host (``workers`` may use fewer); else ``workers``
-        (default 1) CPU workers."""
+        (default 1) CPU workers. (With ``ray_address`` the cluster decides:
+        :func:`grader.service.ray_workers.slots_for`.)"""
         device = detect_device() if self.device == "auto" else self.device
         if device == "cuda":
             gpus = local_gpus()

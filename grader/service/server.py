@@ -9,6 +9,7 @@ from grader.pool import Pools
 from grader.service.app import Service, make_app
 from grader.service.board import Board
 from grader.service.config import ServiceConfig
+from grader.service.ray_workers import RayCluster, RayWorkers, slots_for
 from grader.service.store import Store
 from grader.service.worker import Grader, Workers, grade, load_tasks
 
@@ -23,12 +24,19 @@ def build(cfg: ServiceConfig, grader: Grader | None = None) -> Starlette:
     tasks = load_tasks(cfg.tasks_dir, cfg.secret())
     store = Store(cfg.store_target)
     board = Board(cfg.data_dir / "board", store, tasks)
-    workers = Workers(store, tasks, cfg.slots(), grader=grader, max_attempts=cfg.max_attempts,
-                      on_leaderboard=board.record)
+    on_stop = pools.close if pools is not None else None
+    workers: Workers
+    if cfg.ray_address is not None:
+        cluster = RayCluster(cfg.ray_address, cfg.device, cfg.workers)
+        workers = RayWorkers(cluster, store, tasks, slots_for(cluster, cfg.backend),
+                             max_attempts=cfg.max_attempts, on_leaderboard=board.record)
+        on_stop = cluster.close
+    else:
+        workers = Workers(store, tasks, cfg.slots(), grader=grader,
+                          max_attempts=cfg.max_attempts, on_leaderboard=board.record)
     svc = Service(store, tasks, workers, board, max_source_bytes=cfg.max_source_bytes,
                   max_request_bytes=cfg.max_request_bytes, read_per_min=cfg.read_per_min,
-                  board_refresh_s=cfg.board_refresh_s,
-                  on_stop=pools.close if pools is not None else None)
+                  board_refresh_s=cfg.board_refresh_s, on_stop=on_stop)
     return make_app(svc)
 
 

@@ -224,20 +224,20 @@ class Store:
 
     def finish(self, job_id: str, attempt: int, *, state: str, verdict: str | None,
                report_json: str | None, error: str | None,
-               best_source: str | None = None) -> bool:
+               best_source: str | None = None, worker: str | None = None) -> bool:
         """Move a running job to ``done``/``failed`` once; False when it was not running
         under ``attempt`` (then nothing changes). ``best_source``: the job's candidate
         became its task's current best (an accepted ``accept`` job), in the same
-        transaction."""
+        transaction. ``worker``: who graded it, when known only now (a Ray node)."""
         if state not in FINAL:
             raise ValueError(f"not a final state: {state}")
         now = time.time()
         with self._tx() as c:
             cur = c.execute("UPDATE jobs SET state = ?, verdict = ?, report_json = ?, error = ?, "
-                            "finished_at = ?, grades = grades + ? WHERE id = ? AND "
-                            "state = 'running' AND attempts = ?",
+                            "finished_at = ?, grades = grades + ?, worker = COALESCE(?, worker) "
+                            "WHERE id = ? AND state = 'running' AND attempts = ?",
                             (state, verdict, report_json, error, now, int(state == "done"),
-                             job_id, attempt))
+                             worker, job_id, attempt))
             if cur.rowcount != 1:
                 return False
             if best_source is not None:

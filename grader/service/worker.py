@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -148,6 +149,15 @@ class Workers:
     def wake(self) -> None:
         self._wake.set()
 
+    def ready(self, slot: Slot) -> bool:
+        """Whether ``slot`` may claim a job now (always, here; a Ray cluster that went
+        away says no: grader.service.ray_workers)."""
+        return True
+
+    def health(self) -> dict[str, Any]:
+        """What ``/v1/health`` adds about the workers (nothing, here)."""
+        return {}
+
     def stop(self, timeout: float = 2.0) -> None:
         """No new claims; a job being graded is left ``running`` (the next start re-runs it)."""
         self._stop.set()
@@ -158,7 +168,7 @@ class Workers:
     def _loop(self, slot: Slot) -> None:
         while not self._stop.is_set():
             try:
-                claimed = self.store.claim(slot.name)
+                claimed = self.store.claim(slot.name) if self.ready(slot) else None
                 if claimed is not None:
                     self.run_one(claimed, slot)
                     continue
