@@ -8,7 +8,8 @@ each), a real server subprocess, real evaluations in bwrap on the CPU:
   infrastructure failure, never a candidate verdict) and graded on the head (or, its
   attempts spent, ``failed`` with the infrastructure's error and no verdict);
 * the head killed: ``/v1/health`` says the cluster is gone, the server keeps serving and
-  accepting submissions, which wait queued instead of failing;
+  accepting submissions, which wait queued instead of failing; a new head on the same
+  address, and the server grades them there;
 * a SIGTERM to the server cancels its Ray tasks: no sandbox is left on the nodes (a
   SIGKILL: its driver process cancels them when its pipe closes);
 * an address where no cluster answers is a typed error at start-up (exit 2).
@@ -246,3 +247,31 @@ def test_a_bad_ray_address_is_a_clear_error_at_start_up(tmp_path: Path) -> None:
                      "--device", "cpu", *extra, timeout=120)
         assert r.returncode == 2, r.stderr
         assert says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_the_server_grades_again_once_the_cluster_is_back(server: Server, cluster: Any) -> None:
+    from ray.cluster_utils import Cluster
+
+    tok = server.token("alice")
+    server.start()
+    port = int(cluster.address.rsplit(":", 1)[1])
+    for node in list(cluster.worker_nodes):
+        cluster.remove_node(node, allow_graceful=False)
+    cluster.remove_node(cluster.head_node, allow_graceful=False)
+    deadline = time.monotonic() + 120  # unreachable at once, lost when the driver exits
+    while _health(server)["ray"]["state"] != "lost":
+        assert time.monotonic() < deadline, _health(server)
+        time.sleep(1)
+    job = _submit(server, tok, "good")
+    time.sleep(2)
+    assert _jobs(server)[job].state == "queued"
+    back: Any = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "gcs_server_port": port, "include_dashboard": False})
+    try:
+        assert back.address.endswith(f":{port}")
+        j = _wait(server, [job], ("done", "failed"), 150)[job]
+        assert (j.state, j.verdict, j.attempts) == ("done", "passed", 1), j
+        assert _node(j.worker) == back.head_node.node_id
+        assert _health(server)["ok"] and _health(server)["ray"]["state"] == "connected"
+    finally:
+        back.shutdown()
