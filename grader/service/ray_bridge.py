@@ -103,21 +103,35 @@ class Bridge:
                                  max_retries=0)(grade_on_node)
         self.pending: dict[Any, int] = {}
         self.lock = threading.Lock()
+        self._send = threading.Lock()
         self.stop = threading.Event()
 
+    def send(self, msg: tuple[Any, ...]) -> None:
+        with self._send:
+            self.conn.send(msg)
+
     def read(self) -> None:
-        """The reader thread: submit each job as it comes; ``stop`` or EOF ends the bridge."""
+        """The reader thread: submit each job as it comes; ``stop`` or EOF ends the bridge,
+        and so does a message it cannot read (the server then fails the jobs in flight as
+        the infrastructure's, and starts another bridge)."""
         try:
             while True:
                 msg = self.conn.recv()
                 if msg[0] != "grade":
                     break
-                ref = self.remote.remote(msg[2], self.device)
-                with self.lock:
-                    self.pending[ref] = msg[1]
-        except (EOFError, OSError):
+                self.submit(msg[1], msg[2])
+        except Exception:  # EOF (the server is gone), or an unreadable message
             pass
         self.stop.set()
+
+    def submit(self, key: int, request: EvalRequest) -> None:
+        try:
+            ref = self.remote.remote(request, self.device)
+        except Exception as e:  # not submitted: that job's infrastructure failure
+            self.send(("result", key, outcome_of_failure(self.ray, e)))
+            return
+        with self.lock:
+            self.pending[ref] = key
 
     def health(self) -> dict[str, Any]:
         nodes = [n for n in self.ray.nodes() if n.get("Alive")]
@@ -138,7 +152,7 @@ class Bridge:
                 self.stop.wait(0.2)
             if time.monotonic() - beat >= HEARTBEAT_S:
                 beat = time.monotonic()
-                self.conn.send(("health", self.health()))
+                self.send(("health", self.health()))
         self.cancel()
 
     def finish(self, ref: Any) -> None:
@@ -148,7 +162,7 @@ class Bridge:
             out: Outcome = self.ray.get(ref)
         except Exception as e:
             out = outcome_of_failure(self.ray, e)
-        self.conn.send(("result", key, out))
+        self.send(("result", key, out))
 
     def cancel(self) -> None:
         """Stopping: cancel what still runs (``force=False`` raises ``KeyboardInterrupt``
@@ -172,7 +186,7 @@ def main(conn: Connection, address: str, device: str, workers: int | None) -> No
         device = resolve_device(device, res)
         slots = slot_count(res, device, workers)
         bridge = Bridge(conn, ray, device)
-        conn.send(("hello", {"device": device, "slots": slots, **bridge.health()}))
+        bridge.send(("hello", {"device": device, "slots": slots, **bridge.health()}))
     except Exception as e:  # a typed error for the server's start-up message
         with contextlib.suppress(Exception):
             conn.send(("fatal", error_fields(e if isinstance(e, KgraderError) else
@@ -185,7 +199,7 @@ def main(conn: Connection, address: str, device: str, workers: int | None) -> No
         bridge.serve()
     except Exception as e:  # the cluster went away under a call: the server sees EOF
         with contextlib.suppress(Exception):
-            conn.send(("lost", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"))
+            bridge.send(("lost", f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"))
     finally:
         with contextlib.suppress(Exception):
             ray.shutdown()

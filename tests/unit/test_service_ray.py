@@ -6,8 +6,10 @@ stops the claims. The real cluster is in tests/e2e/test_service_ray.py."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
+import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -21,7 +23,13 @@ from grader.leaderboard.ray_cluster import ClusterLost, import_ray
 from grader.leaderboard.seeds import Secret
 from grader.report.model import Report
 from grader.service import ray_workers
-from grader.service.ray_bridge import error_fields, outcome_of_failure, resolve_device, slot_count
+from grader.service.ray_bridge import (
+    Bridge,
+    error_fields,
+    outcome_of_failure,
+    resolve_device,
+    slot_count,
+)
 from grader.service.ray_workers import RayCluster, RayWorkers, rebuild, slots_for
 from grader.service.store import Store
 from grader.service.worker import ServiceTask, build_request, load_tasks
@@ -219,3 +227,82 @@ def test_workers_record_the_node_and_requeue_a_lost_cluster_never_a_verdict(
     assert row.worker == "ray0"  # no node graded it
     assert [e[2] for e in store.events(job)] == ["queued", "running", "requeued", "running",
                                                   "failed"]
+
+
+class FakeRay:
+    """Just enough of the ray module for a Bridge: tasks finish at once, except those whose
+    candidate says HANG; one whose candidate says NOLEASE cannot be submitted."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self.exceptions = ray.exceptions
+        self.opts: dict[str, Any] = {}
+        self.results: dict[object, Any] = {}
+        self.hanging: list[object] = []
+        self.cancelled: list[object] = []
+
+    def remote(self, **opts: Any) -> Any:
+        self.opts = opts
+        fake = self
+
+        class Remote:
+            def remote(self, request: EvalRequest, device: str) -> object:
+                if "NOLEASE" in request.candidate.text:
+                    raise RuntimeError("no lease")
+                ref = object()
+                if "HANG" in request.candidate.text:
+                    fake.hanging.append(ref)
+                fake.results[ref] = ("report", f"{device}", "ray:n1@host")
+                return ref
+
+        return lambda fn: Remote()
+
+    def wait(self, refs: list[object], num_returns: int, timeout: float) -> Any:
+        done = [r for r in refs if r not in self.hanging][:num_returns]
+        return done, [r for r in refs if r not in done]
+
+    def get(self, ref: object) -> Any:
+        return self.results[ref]
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"Alive": True}, {"Alive": False}]
+
+    def cluster_resources(self) -> dict[str, float]:
+        return {"CPU": 2.0}
+
+    def cancel(self, ref: object, force: bool) -> None:
+        self.cancelled.append(ref)
+
+
+def test_the_bridge_submits_answers_each_job_beats_and_cancels_on_stop(
+        task: ServiceTask) -> None:
+    ray = FakeRay()
+    mine, theirs = multiprocessing.Pipe()
+    bridge = Bridge(theirs, ray, "cpu")
+    assert ray.opts == {"num_cpus": 1, "num_gpus": 0, "max_retries": 0}
+    gpu = FakeRay()
+    Bridge(theirs, gpu, "cuda")
+    assert gpu.opts["num_gpus"] == 1  # a GPU is one task's at a time
+    t = threading.Thread(target=bridge.serve)
+    t.start()
+    for key, text in enumerate((GOOD, GOOD + "\n# NOLEASE\n", GOOD + "\n# HANG\n")):
+        mine.send(("grade", key, _request(task, text)))
+    results: dict[int, Any] = {}
+    beats: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 10
+    while (len(results) < 2 or not beats) and time.monotonic() < deadline:
+        if mine.poll(0.2):
+            msg = mine.recv()
+            if msg[0] == "result":
+                results[msg[1]] = msg[2]
+            elif msg[0] == "health":
+                beats.append(msg[1])
+    assert results[0] == ("report", "cpu", "ray:n1@host")
+    kind, fields, node = results[1]
+    assert kind == "error" and fields["infrastructure"] and "no lease" in fields["message"]
+    assert node is None
+    assert 2 not in results and beats[0]["nodes"] == 1  # still running; live nodes only
+    mine.send(("stop",))
+    t.join(10)
+    assert not t.is_alive() and ray.cancelled == ray.hanging  # the running one cancelled
