@@ -73,6 +73,15 @@ def start(req: JudgeRequest) -> None:
     if req.task is not None and req.mode != "measure_peak":  # the task's problem process
         problem_handle.start_ahead("cuda" if req.device == "cuda" else "cpu",
                                    req.limits.compile_s, req.limits.run_s)
+    if req.mode == "calibrate" and req.task is not None and req.calibrate is not None:
+        # One pair per scenario, for its first decision: a calibrate sandbox prepared ahead
+        # of its gate (bench/calibration.py --prepare-ahead) has its runners' imports done
+        # before it touches the device. Same rule as an evaluation: no CUDA context yet.
+        _device, _entry = ("cuda" if req.device == "cuda" else "cpu"), req.task.entrypoint
+        for sc in req.calibrate.scenarios:
+            for path in (sc["candidate"], sc["current"]):
+                _spawn(path)
+        return
     if req.mode != "evaluate" or req.task is None or req.sanitize is not None:
         return
     _device, _entry = ("cuda" if req.device == "cuda" else "cpu"), req.task.entrypoint
