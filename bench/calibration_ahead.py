@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import os
-import stat
 import statistics
 import threading
 import time
@@ -40,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.backends.base import SandboxBackend
-from grader.backends.gate import POLL_S, MeasureGate, Turn
+from grader.backends.gate import POLL_S, MeasureGate, Turn, open_if_read
 from grader.errors import InfrastructureError
 from grader.judgecall import discard, launch, mode_request, read_record, stage
 from grader.limits import Limits
@@ -74,17 +72,8 @@ class DecisionTurn(Turn):
         """Whether the judge has the FIFO open for reading (a non-blocking open for writing
         succeeds only then). The descriptor stays open until :meth:`release`: closing it
         would end the judge's read with nothing, as :mod:`grader.pool.turn` explains."""
-        try:
-            fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        except OSError as e:
-            if e.errno == errno.ENXIO:
-                return False
-            raise
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError(f"{self.fifo} is not the gate's FIFO")
-        self._probe = fd
-        return True
+        self._probe = open_if_read(self.fifo)
+        return self._probe is not None
 
     def wait(self, alive: Callable[[], bool], limit_s: float) -> float | None:
         deadline = time.monotonic() + limit_s

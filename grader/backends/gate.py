@@ -20,6 +20,7 @@ supervisor killed the tree), so no GPU work of A's candidate overlaps B's.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import threading
@@ -58,6 +59,23 @@ def make_fifo(out_dir: Path) -> Path:
     if os.geteuid() == 0:
         os.chown(path, wire.JUDGE_UID, wire.JUDGE_GID)
     return path
+
+
+def open_if_read(fifo: Path) -> int | None:
+    """A write descriptor on the gate's FIFO once its judge holds it open for reading (a
+    non-blocking open for writing succeeds only then), else None. Keep it open until the
+    grant is written or the turn given up: closing it would end the judge's read with
+    nothing (:mod:`grader.pool.turn`). Raises OSError when the path is not a FIFO."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # no reader yet: the judge is still preparing
+            return None
+        raise
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{fifo} is not the gate's FIFO")
+    return fd
 
 
 class Turn:

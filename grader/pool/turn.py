@@ -22,16 +22,14 @@ returns None and the supervisor kills its whole tree.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import stat
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from grader.backends.gate import POLL_S, MeasureGate, Turn
+from grader.backends.gate import POLL_S, MeasureGate, Turn, open_if_read
 
 State = Literal["starting", "ready", "taken", "discarded"]
 
@@ -73,17 +71,8 @@ class WarmTurn(Turn):
         return self.why if self.state == "discarded" else ""
 
     def _open_probe(self) -> bool:
-        try:
-            fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-        except OSError as e:
-            if e.errno == errno.ENXIO:  # no reader yet: the judge is still preparing
-                return False
-            raise
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError(f"{self.fifo} is not the gate's FIFO")
-        self._probe = fd
-        return True
+        self._probe = open_if_read(self.fifo)
+        return self._probe is not None
 
     def wait(self, alive: Callable[[], bool], limit_s: float) -> float | None:
         t0 = time.monotonic()

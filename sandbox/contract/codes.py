@@ -276,8 +276,9 @@ CATALOGUE: tuple[Code, ...] = (
           "Build it: kgrader docker build."),
     _host("image_build_failed", _I, "Building the docker image failed.",
           "Read docker's output in the message."),
-    _host("ray_cluster_lost", _I, "The leaderboard's Ray cluster went away.",
-          "Restart the cluster and resume the run."),
+    _host("ray_cluster_lost", _I, "The Ray cluster (a leaderboard run's, or the service's "
+          "workers') went away.",
+          "Restart the cluster; resume the run (the service reconnects by itself)."),
     _host("internal", _I, "A kgrader bug (the CLI, or the API's HTTP 500).",
           "Set KGRADER_DEBUG=1 (the server logs it) and report it.", ("host", "api")),
     _host("internal_error", _I, "A kgrader bug (the MCP server).",
