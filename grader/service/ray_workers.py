@@ -271,11 +271,11 @@ class RayWorkers(Workers):
         super().run_one(c, slot)
 
     def _finish(self, c: Claimed, state: str, v: str | None, report_json: str | None,
-                error: str | None, best_source: str | None = None) -> bool:
+                error: str | None, best_source: str | None = None, best_was: str = "") -> bool:
         node = getattr(self._node, "name", None)
         ok = self.store.finish(c.job.id, c.attempt, state=state, verdict=v,
                                report_json=report_json, error=error, best_source=best_source,
-                               worker=node)
+                               worker=node, best_was=best_was)
         log.info("service_job_finished", job=c.job.id, state=state, verdict=v, recorded=ok,
                  node=node)
         return ok

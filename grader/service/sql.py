@@ -68,6 +68,10 @@ class Database(abc.ABC):
 
     def lock_token(self, c: Conn, token_id: str) -> None:
         """Serialise a token's quota check with its insert (SQLite: the write lock does)."""
+        self.lock_key(c, token_id)
+
+    def lock_key(self, c: Conn, key: str) -> None:
+        """Serialise the transactions that take ``key`` (SQLite: its one write lock does)."""
         return None
 
 
@@ -153,8 +157,8 @@ class PostgresDb(Database):
         text = sqlite_ddl.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY")
         return [s.replace(" REAL", " DOUBLE PRECISION") for s in super().ddl(text)]
 
-    def lock_token(self, c: Conn, token_id: str) -> None:
-        c.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (token_id,))
+    def lock_key(self, c: Conn, key: str) -> None:
+        c.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (key,))
 
 
 def open_database(target: str | Path) -> Database:

@@ -55,6 +55,12 @@ _JOB_COLS = ("id", "token_id", "task", "mode", "label", "source_sha", "view_sha"
              "verdict", "error")
 
 
+
+class BestChanged(Exception):
+    """An accepted candidate was graded against a best that another job replaced meanwhile:
+    it must be graded again against the new one (two accepts never both pass one old best)."""
+
+
 @dataclass(frozen=True)
 class TokenRow:
     id: str
@@ -224,15 +230,25 @@ class Store:
 
     def finish(self, job_id: str, attempt: int, *, state: str, verdict: str | None,
                report_json: str | None, error: str | None,
-               best_source: str | None = None, worker: str | None = None) -> bool:
+               best_source: str | None = None, worker: str | None = None,
+               best_was: str = "") -> bool:
         """Move a running job to ``done``/``failed`` once; False when it was not running
         under ``attempt`` (then nothing changes). ``best_source``: the job's candidate
         became its task's current best (an accepted ``accept`` job), in the same
-        transaction. ``worker``: who graded it, when known only now (a Ray node)."""
+        transaction, provided the best is still the one it was graded against
+        (``best_was``: that best's job id, "" for none); else :class:`BestChanged` and
+        nothing changes. ``worker``: who graded it, when known only now (a Ray node)."""
         if state not in FINAL:
             raise ValueError(f"not a final state: {state}")
         now = time.time()
         with self._tx() as c:
+            if best_source is not None:
+                task = c.execute("SELECT task FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
+                self.db.lock_key(c, "best:" + task)
+                r = c.execute("SELECT job_id FROM bests WHERE task = ?", (task,)).fetchone()
+                if (r[0] if r else "") != best_was:
+                    raise BestChanged(f"the best of {task} is now {r[0] if r else 'none'}, "
+                                      f"not {best_was or 'none'}")
             cur = c.execute("UPDATE jobs SET state = ?, verdict = ?, report_json = ?, error = ?, "
                             "finished_at = ?, grades = grades + ?, worker = COALESCE(?, worker) "
                             "WHERE id = ? AND state = 'running' AND attempts = ?",
@@ -241,7 +257,6 @@ class Store:
             if cur.rowcount != 1:
                 return False
             if best_source is not None:
-                task = c.execute("SELECT task FROM jobs WHERE id = ?", (job_id,)).fetchone()[0]
                 c.execute("INSERT INTO bests (task, job_id, source, at) VALUES (?, ?, ?, ?) "
                           "ON CONFLICT (task) DO UPDATE SET job_id = excluded.job_id, "
                           "source = excluded.source, at = excluded.at",
@@ -280,8 +295,14 @@ class Store:
                 "max_grades_per_job": int(r[2])}
 
     def best(self, task: str) -> str | None:
-        r = self._conn().execute("SELECT source FROM bests WHERE task = ?", (task,)).fetchone()
-        return None if r is None else str(r[0])
+        entry = self.best_entry(task)
+        return None if entry is None else entry[1]
+
+    def best_entry(self, task: str) -> tuple[str, str] | None:
+        """The task's current best: ``(job id, source)``, or None."""
+        r = self._conn().execute("SELECT job_id, source FROM bests WHERE task = ?",
+                                 (task,)).fetchone()
+        return None if r is None else (str(r[0]), str(r[1]))
 
     # --- events -----------------------------------------------------------------------
     def events(self, job_id: str, after: int = 0) -> list[tuple[int, float, str, dict[str, Any]]]:

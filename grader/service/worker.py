@@ -37,7 +37,7 @@ from grader.leaderboard.job import classify, redact_seeds
 from grader.leaderboard.seeds import Secret, TaskPayload, task_payload
 from grader.report.model import Report
 from grader.scan import check_source
-from grader.service.store import Claimed, Store
+from grader.service.store import BestChanged, Claimed, Store
 from grader.task import TaskSpec, load_task
 
 log = structlog.get_logger("kgrader.service")
@@ -189,7 +189,8 @@ class Workers:
         try:
             if task is None:  # the server was restarted without this task
                 raise UsageError(f"task {job.task!r} is not served any more")
-            best = self.store.best(job.task) if job.mode == "accept" else None
+            entry = self.store.best_entry(job.task) if job.mode == "accept" else None
+            best, best_was = (entry[1], entry[0]) if entry else (None, "")
             report = self.grader(build_request(job.mode, c.source, task, slot, job.id, best))
             if report.infrastructure_failed():
                 e = next(e for e in report.errors if e.origin == "infrastructure")
@@ -216,16 +217,23 @@ class Workers:
         if job.mode == "leaderboard":
             text = json.dumps(redact_seeds(json.loads(text), task.payload.seeds))
         best_source = c.source if job.mode == "accept" and v == "accepted" else None
-        if self._finish(c, "done", v, text, None, best_source) and job.mode == "leaderboard" \
-                and self.on_leaderboard is not None:
+        try:
+            recorded = self._finish(c, "done", v, text, None, best_source, best_was)
+        except BestChanged as e:  # graded against a best another accept replaced: again
+            why = f"graded again against the new best ({e})"
+            if self.store.requeue(job.id, c.attempt, why):
+                log.info("service_job_regraded", job=job.id, why=why)
+            return
+        if recorded and job.mode == "leaderboard" and self.on_leaderboard is not None:
             try:
                 self.on_leaderboard(job.id)
             except Exception:  # the board is a view of the store: a restart syncs it
                 log.exception("service_board_update_failed", job=job.id)
 
     def _finish(self, c: Claimed, state: str, v: str | None, report_json: str | None,
-                error: str | None, best_source: str | None = None) -> bool:
+                error: str | None, best_source: str | None = None, best_was: str = "") -> bool:
         ok = self.store.finish(c.job.id, c.attempt, state=state, verdict=v,
-                               report_json=report_json, error=error, best_source=best_source)
+                               report_json=report_json, error=error, best_source=best_source,
+                               best_was=best_was)
         log.info("service_job_finished", job=c.job.id, state=state, verdict=v, recorded=ok)
         return ok

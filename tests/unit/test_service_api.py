@@ -213,3 +213,52 @@ def test_a_worker_survives_a_store_error_and_grades_the_next_job(
         assert row is not None and row.state == "done" and len(calls) >= 2
     finally:
         workers.stop()
+
+
+def test_two_accepts_racing_for_one_old_best_are_both_graded_against_the_winner(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers grade two accepts at once against no best; the first to finish becomes
+    the best, and the second is graded again against it before it may replace it."""
+    from grader.leaderboard.seeds import Secret
+    from grader.service import worker as worker_mod
+    from grader.service.worker import Slot, Workers, load_tasks
+
+    shutil.copytree(TASK, tmp_path / "tasks" / TASK.name)
+    store = Store(tmp_path / "s.sqlite")
+    both_started = threading.Barrier(2, timeout=20)
+    calls: list[tuple[str, str | None]] = []
+    lock = threading.Lock()
+
+    def grade(req: EvalRequest) -> Report:
+        with lock:
+            calls.append((req.candidate.text, None if req.current is None else req.current.text))
+            first_round = len(calls) <= 2
+        if first_round:
+            both_started.wait()
+            if "b = 2" in req.candidate.text:
+                time.sleep(0.5)  # finishes second
+        return Report(ok=True, stage="benchmark", task=req.task.name)
+
+    monkeypatch.setattr(worker_mod, "verdict", lambda mode, report: "accepted")
+    srcs = {"a": GOOD + "\na = 1\n", "b": GOOD + "\nb = 2\n"}
+    ids = {}
+    for k, src in srcs.items():
+        job = store.submit(token_id="t", task="vector_add_small", mode="accept", label=k,
+                           source=src, source_sha=k, view_sha=k, max_active=5, max_per_day=5)
+        assert not isinstance(job, str)
+        ids[k] = job.id
+    workers = Workers(store, load_tasks(tmp_path / "tasks", Secret(b"k" * 32, "t")),
+                      [Slot("cpu0", "bwrap", "cpu"), Slot("cpu1", "bwrap", "cpu")], grader=grade)
+    workers.start()
+    try:
+        for _ in range(200):
+            if all((r := store.job(i)) is not None and r.state == "done" for i in ids.values()):
+                break
+            time.sleep(0.05)
+    finally:
+        workers.stop()
+    assert [store.job(i).state for i in ids.values()] == ["done", "done"]  # type: ignore[union-attr]
+    # a and b were graded against no best; b again, against a (the winner), then became best
+    assert calls[:2] and {c[1] for c in calls[:2]} == {None}
+    assert calls[2:] == [(srcs["b"], srcs["a"])]
+    assert store.best("vector_add_small") == srcs["b"]

@@ -152,7 +152,34 @@ def test_an_accepted_job_becomes_its_tasks_best_in_the_same_commit(target: str |
         _submit(store)
         c = store.claim("w0")
         assert c is not None
+        entry = store.best_entry("vector_add_small")
         assert store.finish(c.job.id, c.attempt, state="done", verdict="accepted",
-                            report_json="{}", error=None, best_source=text)
+                            report_json="{}", error=None, best_source=text,
+                            best_was=entry[0] if entry else "")
         assert store.best("vector_add_small") == text
     assert [j.state for j in store.finished("run")] == ["done", "done"]
+
+
+def test_two_accepts_graded_against_one_old_best_never_both_become_best(target: str | Path) -> None:
+    from grader.service.store import BestChanged
+
+    store = Store(target)
+    a, b = _submit(store), _submit(store)
+    ca, cb = store.claim("w0"), store.claim("w1")
+    assert ca is not None and cb is not None and {ca.job.id, cb.job.id} == {a, b}
+    assert store.best_entry("vector_add_small") is None  # both graded against no best
+    assert store.finish(ca.job.id, ca.attempt, state="done", verdict="accepted", report_json="{}",
+                        error=None, best_source="a = 1\n", best_was="")
+    with pytest.raises(BestChanged):
+        store.finish(cb.job.id, cb.attempt, state="done", verdict="accepted", report_json="{}",
+                     error=None, best_source="b = 2\n", best_was="")
+    assert store.best("vector_add_small") == "a = 1\n"
+    assert store.job(cb.job.id).state == "running"  # nothing changed: the worker re-queues it
+    assert store.requeue(cb.job.id, cb.attempt, "graded again against the new best")
+    again = store.claim("w1")
+    assert again is not None and again.job.id == cb.job.id
+    best = store.best_entry("vector_add_small")
+    assert best is not None and best[0] == ca.job.id
+    assert store.finish(again.job.id, again.attempt, state="done", verdict="accepted",
+                        report_json="{}", error=None, best_source="b = 2\n", best_was=best[0])
+    assert store.best("vector_add_small") == "b = 2\n"
