@@ -41,9 +41,21 @@ def run_check_mode(request: wire.JudgeRequest, limits: Limits, backend: str) -> 
     be = select_backend(backend, request.device)
     with judge_run(request, {}, be, limits, prefix="kgrader-mode-") as run:
         try:
-            return read_record(run.staged, limits)
+            record = read_record(run.staged, limits)
         except ResultProblem as p:
             raise no_record(p, run.outcome, limits) from None
+    fired = run.outcome.limit_fired
+    if record.errors and fired in ("memory_limit", "pids_limit"):
+        # The judge survived and reported, but a limit killed one of the check's processes
+        # (the kernel's OOM killer picks the largest: under load often the problem process,
+        # whose death the judge can only call reference_failed). The limit is the cause.
+        figure, hint = limit_figure(fired, limits)
+        e = record.errors[0]
+        raise CheckLimitError(f"task check stopped by the sandbox's {figure} after "
+                              f"{run.outcome.wall_s:.1f} s: it killed a process of the check, "
+                              f"and the judge then reported {e.code}: "
+                              f"{text.clean(e.message, 300)}", hint=hint)
+    return record
 
 
 def last_step(stderr: bytes) -> str | None:

@@ -54,6 +54,18 @@ def grade(task: Path, submission: Path, *extra: str) -> tuple[int, dict[str, Any
     return p.returncode, json.loads(p.stdout)
 
 
+def grade_honest(task: Path, submission: Path, *extra: str, tries: int = 3) -> tuple[int, dict[str, Any]]:
+    """:func:`grade` of an honest submission, retried while the verdict is the
+    infrastructure's (``timing_unreliable`` on a loaded host), as every caller retries:
+    an honest kernel must pass or be retried, never be rejected."""
+    for _ in range(tries):
+        rc, r = grade(task, submission, *extra)
+        if rc != 2 or not r.get("errors") or \
+                any(e["origin"] != "infrastructure" for e in r["errors"]):
+            break
+    return rc, r
+
+
 def assert_passes(rc: int, r: dict[str, Any], task: Path) -> None:
     assert rc == 0 and r["ok"] is True and r["errors"] == [], r["errors"]
     spec = json.loads((task / "task.json").read_text())
@@ -95,7 +107,7 @@ def test_kernelbench_import_records_what_varies(kb_tasks: Path) -> None:
 @pytest.mark.parametrize("problem", KB_PROBLEMS)
 def test_kernelbench_correct_submission_passes_every_shape_and_is_timed(kb_tasks: Path,
                                                                         problem: str) -> None:
-    rc, r = grade(kb_tasks / kb(problem), KB / "submissions" / problem / "good.py")
+    rc, r = grade_honest(kb_tasks / kb(problem), KB / "submissions" / problem / "good.py")
     assert_passes(rc, r, kb_tasks / kb(problem))
 
 
@@ -180,7 +192,7 @@ def test_gpumode_import_maps_tests_benchmarks_and_output_buffers(gm_tasks: Path)
 @pytest.mark.parametrize("problem", GM_PROBLEMS)
 def test_gpumode_correct_submission_passes_every_shape_and_is_timed(gm_tasks: Path,
                                                                     problem: str) -> None:
-    rc, r = grade(gm_tasks / f"gm_{problem}", GM / problem / "submissions" / "good.py")
+    rc, r = grade_honest(gm_tasks / f"gm_{problem}", GM / problem / "submissions" / "good.py")
     assert_passes(rc, r, gm_tasks / f"gm_{problem}")
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from .conftest import SANDBOX, kgrader
-from .test_field_tasks import GM, grade, quick
+from .test_field_tasks import GM, grade, grade_honest, quick
 
 pytestmark = pytest.mark.bwrap
 PMPP = ["histogram", "prefixsum", "vectoradd_out"]
@@ -38,7 +38,8 @@ def pmpp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(pmpp: Path, problem: str, kind: str, task: Path | None = None) -> tuple[int, dict[str, Any]]:
-    return grade(task or pmpp / f"gm_{problem}", GM / problem / "submissions" / f"{kind}.py")
+    how = grade_honest if kind == "good" else grade
+    return how(task or pmpp / f"gm_{problem}", GM / problem / "submissions" / f"{kind}.py")
 
 
 @pytest.mark.parametrize("problem,buffer,how", [
