@@ -77,6 +77,9 @@ def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
                        message=text.clean(message, MESSAGE_MAX), line=e.line, detail=detail)
 
 
+# What docker's init prints when it cannot forward a signal sent to it to the judge.
+TINI_FORWARD_FAILED = b"[FATAL tini (1)] Unexpected error when forwarding signal"
+
 # Signals a process sends (kill(1), a daemon's shutdown); a fault of the judge's own
 # (SIGSEGV, SIGABRT, SIGBUS, SIGSYS) may be provoked by what a runner fed it: not these.
 SENT_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
@@ -134,6 +137,17 @@ def no_record_error(p: ResultProblem, outcome: SandboxOutcome,
                            message="the judge ended because the host's attach to its stdin "
                                    "closed (the docker daemon restarted, or the connection "
                                    "broke); retry",
+                           detail={"exit_code": outcome.exit_code, "signal": outcome.signal})
+    if p.code == "result_missing" and outcome.backend == "docker" and outcome.exit_code == 1 \
+            and TINI_FORWARD_FAILED in outcome.stderr:
+        # The container's init (docker's tini) was sent a signal (a daemon stop, `docker
+        # stop`) and could not forward it to the judge, which runs under another uid: it
+        # exits 1 and the container with it. Nothing inside can signal the init (no root
+        # process is left once the launcher exec'd the judge).
+        return ReportError(stage="sandbox", code="judge_killed", origin="infrastructure",
+                           message="the container's init was sent a signal from outside (the "
+                                   "docker daemon stopping, or `docker stop`) and ended the "
+                                   "sandbox; retry",
                            detail={"exit_code": outcome.exit_code, "signal": outcome.signal})
     if p.code == "result_missing" and judge_killed_from_outside(outcome):
         return ReportError(stage="sandbox", code="judge_killed", origin="infrastructure",

@@ -78,3 +78,31 @@ def test_judge_killed_from_outside_is_an_infrastructure_error(
     assert list(tmpdir.iterdir()) == []
     if backend == "docker":
         assert _containers(proc.pid) == []
+
+
+def test_docker_stop_of_the_sandbox_is_an_infrastructure_error(tmp_path: Path) -> None:
+    """``docker stop`` (what a daemon's shutdown does to each container): the container's
+    init cannot forward SIGTERM to the judge, which runs under another uid, and ends the
+    container with status 1; the host reads that as the outside kill it is."""
+    backend_or_skip("docker")
+    from grader.backends.docker.prereqs import client
+
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    cand = tmp_path / "sleepy.py"
+    cand.write_text(SLEEPY)
+    proc = _start([*_run_args(cand, "docker"), "--json"], tmpdir)
+    try:
+        _wait("the sandbox to run", lambda: bool(_started(tmpdir, proc.pid)), proc)
+        time.sleep(2)
+        for c in client().containers.list(filters={"label": "kgrader=1"}):
+            if (c.labels.get("kgrader.owner") or "").split(":")[1:2] == [str(proc.pid)]:
+                c.stop(timeout=10)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, err[-3000:]
+    codes = [(e["code"], e["origin"]) for e in json.loads(out)["errors"]]
+    assert codes == [("judge_killed", "infrastructure")], codes
+    assert _containers(proc.pid) == [] and list(tmpdir.iterdir()) == []

@@ -132,6 +132,19 @@ def test_judge_killed_by_a_sent_signal_with_no_limit_is_the_infrastructures() ->
         assert (err.stage, err.code, err.origin) == ("sandbox", "judge_killed", "infrastructure")
 
 
+def test_docker_init_that_could_not_forward_a_stop_signal_is_the_infrastructures() -> None:
+    from grader.backends.base import SandboxOutcome
+    from grader.report.summary import no_record_error
+
+    tail = b"[FATAL tini (1)] Unexpected error when forwarding signal: 'Operation not permitted'\n"
+    out = SandboxOutcome(backend="docker", exit_code=1, signal=None, wall_s=1.0, stderr=tail)
+    err = no_record_error(ResultProblem("result_missing", "no record"), out)
+    assert (err.code, err.origin) == ("judge_killed", "infrastructure")
+    for other in (SandboxOutcome(backend="docker", exit_code=1, signal=None, wall_s=1.0),
+                  SandboxOutcome(backend="bwrap", exit_code=1, signal=None, wall_s=1.0, stderr=tail)):
+        assert no_record_error(ResultProblem("result_missing", "no record"), other).code == "judge_died"
+
+
 def test_docker_judge_whose_tether_closed_is_the_infrastructures() -> None:
     from grader.backends.base import SandboxOutcome
     from grader.report.summary import no_record_error
