@@ -38,17 +38,11 @@ OUT_MOUNT = "/kg/out"
 SCRATCH_MOUNT = "/tmp"
 RESULT_NAME = "result.json"
 SECRET_NAME = ".judge-secret.json"
-# The measurement gate's FIFO (grader.backends.gate): a gated judge reads one byte from
-# it before it touches the device, then unlinks it.
-GATE_NAME = ".gate"
-# Set to "stdin" by a backend that holds the judge's stdin open for the host's whole life
-# (docker: an attach with stdin_once): the judge ends when it closes (sandbox.judge.main.tether).
-TETHER_ENV = "KGRADER_TETHER"
+GATE_NAME = ".gate"  # the measurement gate's FIFO (grader.backends.gate), read once, unlinked
+TETHER_ENV = "KGRADER_TETHER"  # "stdin": the host holds it open (sandbox.judge.main.tether)
 EXIT_HOST_GONE = 75  # the judge's exit status when its tether closed (no record written)
-CANDIDATE_NAME = "candidate.py"
-CURRENT_NAME = "current.py"
-JUDGE_UID = 65534
-JUDGE_GID = 65534
+CANDIDATE_NAME, CURRENT_NAME = "candidate.py", "current.py"
+JUDGE_UID = JUDGE_GID = 65534
 
 
 Device = Literal["cpu", "cuda", "rocm"]
