@@ -60,6 +60,15 @@ def _run_args(cand: Path, backend: str) -> list[str]:
             "--policy", str(RUNTIME_ONLY), "--compile-s", "600", "--run-s", "600"]
 
 
+def _sleepy(tmp_path: Path) -> tuple[Path, Path]:
+    """The test's own TMPDIR (``tmp_path/tmp``) and a candidate that sleeps in its import."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    cand = tmp_path / "sleepy.py"
+    cand.write_text(SLEEPY)
+    return tmpdir, cand
+
+
 _SEEN_SECRET: set[Path] = set()
 
 
@@ -127,10 +136,7 @@ def _cgroups(pid: int) -> list[Path]:
 def test_stop_signal_mid_grading_exits_128_plus_signal_and_leaves_nothing(
         tmp_path: Path, backend: str, sig: signal.Signals) -> None:
     backend_or_skip(backend)
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    cand = tmp_path / "sleepy.py"
-    cand.write_text(SLEEPY)
+    tmpdir, cand = _sleepy(tmp_path)
     proc = _start(_run_args(cand, backend), tmpdir)
     try:
         _wait("the sandbox to run", lambda: bool(_started(tmpdir, proc.pid)), proc)
@@ -157,10 +163,7 @@ def test_stop_signal_mid_grading_exits_128_plus_signal_and_leaves_nothing(
 
 
 def test_sigkill_leaves_a_private_folder_that_the_next_run_reclaims(tmp_path: Path) -> None:
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    cand = tmp_path / "sleepy.py"
-    cand.write_text(SLEEPY)
+    tmpdir, cand = _sleepy(tmp_path)
     victim, live = _start(_run_args(cand, "bwrap"), tmpdir), _start(_run_args(cand, "bwrap"), tmpdir)
     try:
         # One loop watches both: a secret is consumed within a second of its writing.
@@ -199,10 +202,7 @@ def test_sigkill_leaves_a_private_folder_that_the_next_run_reclaims(tmp_path: Pa
 
 def test_sigkilled_docker_runs_container_is_reclaimed_by_the_next_run(tmp_path: Path) -> None:
     backend_or_skip("docker")
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    cand = tmp_path / "sleepy.py"
-    cand.write_text(SLEEPY)
+    tmpdir, cand = _sleepy(tmp_path)
     victim = _start(_run_args(cand, "docker"), tmpdir)
     try:
         _wait("the container", lambda: bool(_started(tmpdir, victim.pid)), victim)

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from ._backends import backend_or_skip
-from .test_clean_stops import SLEEPY, _containers, _run_args, _start, _started, _wait
+from .test_clean_stops import _containers, _run_args, _sleepy, _start, _started, _wait
 
 pytestmark = pytest.mark.bwrap
 JUDGE = "sandbox.judge.main"
@@ -52,10 +52,7 @@ def _judges(host_pid: int, backend: str) -> list[psutil.Process]:
 def test_judge_killed_from_outside_is_an_infrastructure_error(
         tmp_path: Path, backend: str, sig: signal.Signals) -> None:
     backend_or_skip(backend)
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    cand = tmp_path / "sleepy.py"
-    cand.write_text(SLEEPY)
+    tmpdir, cand = _sleepy(tmp_path)
     proc = _start([*_run_args(cand, backend), "--json"], tmpdir)
     try:
         _wait("the sandbox to run", lambda: bool(_started(tmpdir, proc.pid)), proc)
@@ -87,10 +84,7 @@ def test_docker_stop_of_the_sandbox_is_an_infrastructure_error(tmp_path: Path) -
     backend_or_skip("docker")
     from grader.backends.docker.prereqs import client
 
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    cand = tmp_path / "sleepy.py"
-    cand.write_text(SLEEPY)
+    tmpdir, cand = _sleepy(tmp_path)
     proc = _start([*_run_args(cand, "docker"), "--json"], tmpdir)
     try:
         _wait("the sandbox to run", lambda: bool(_started(tmpdir, proc.pid)), proc)
