@@ -27,18 +27,27 @@ Program, in order:
     The own pid is the runner's, baked in at install time, so a child the candidate starts
     can signal the runner but nothing else, and ``raise``/``abort`` (``tgkill`` on itself)
     still work;
-  - ``pidfd_open``, ``pidfd_send_signal``: another route to signal any process;
-  - ``bpf``, ``perf_event_open``, ``userfaultfd``, ``io_uring_*``: large kernel attack
-    surface that no kernel needs; ``perf_event_open`` and ``userfaultfd`` also measure or
-    stall other processes;
-  - ``keyctl``, ``add_key``, ``request_key``: kernel keyrings are not namespaced;
-  - ``mount``, ``umount2``, ``pivot_root``, ``move_mount``, ``fsopen``, ``fsconfig``,
-    ``fsmount``, ``fspick``, ``open_tree``, ``open_tree_attr``, ``mount_setattr``,
-    ``unshare``, ``setns``, and ``clone`` with any ``CLONE_NEW*`` flag: new namespaces and
-    mounts are how a process would escape hidepid and the uid split;
-  - ``init_module``, ``finit_module``, ``delete_module``, ``kexec_load``,
-    ``kexec_file_load``: need capabilities the runner lacks; refused here too;
-  - ``personality`` except the query ``0xffffffff``: ``ADDR_NO_RANDOMIZE`` and friends.
+  - every way a process can have the kernel SIGKILL it by its own doing, so that a runner
+    dead of SIGKILL the judge did not send was killed from outside (``runner_killed``, the
+    infrastructure's; ``sandbox.launcher.proc``): the kill family with signal 9 (argument 1
+    of ``kill``, ``tkill``, ``rt_sigqueueinfo``; argument 2 of ``tgkill``,
+    ``rt_tgsigqueueinfo``), also from a child; ``clone`` whose exit-signal byte (``flags &
+    CSIGNAL``) is SIGKILL, delivered to the parent when the child exits; ``fcntl(F_SETSIG,
+    SIGKILL)`` (the signal of ``O_ASYNC`` I/O, dnotify and lease breaks); ``timer_create``
+    and ``mq_notify`` with any ``sigevent`` (its signal is in memory the filter cannot read,
+    and the kernel accepts SIGKILL there; a NULL one, SIGALRM or unregistering, stays
+    allowed); ``setrlimit`` and ``prlimit64`` with a new ``RLIMIT_CPU`` or ``RLIMIT_RTTIME``
+    (the hard limit is a SIGKILL; the harness sets neither; reading them stays allowed).
+    Each of these killed a runner in the sandbox (Linux 6.18) before its rule. Refused too,
+    though no runner reaches them today: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (fires when
+    the spawning thread exits; runners are spawned from the judge's main thread, which
+    outlives them), ``prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT)`` and
+    ``seccomp(SET_MODE_STRICT)`` (strict mode ends in ``do_exit(SIGKILL)``; the kernel
+    refuses it once this filter is on), and ``ioctl(TIOCSIG, SIGKILL)`` on a pty master
+    (the kernel allows only SIGINT, SIGQUIT, SIGTSTP there). An honest library that tries
+    gets EPERM, never a death. Outside the filter: no cgroup file (``cgroup.kill``) is
+    writable from a runner (bwrap mounts no /sys; docker's cgroup mounts are read-only), and
+    the host tells a kernel OOM kill apart (``memory_limit``);
 * ``clone3`` returns ENOSYS: its flags live in memory the filter cannot read, and libc
   falls back to ``clone``, whose flags it can.
 * everything else is allowed.
@@ -46,7 +55,10 @@ Program, in order:
 What is left: the filter does not see memory arguments, so it cannot look into paths or
 ``clone3`` structs; ``setuid``-family calls are allowed because the runner holds no
 capability to use them; the CPU and the GPU are shared with the other runner by time, which
-the judge bounds by counting processes and interleaving the pairs.
+the judge bounds by counting processes and interleaving the pairs. A SIGKILL the kernel
+sends for reasons no syscall above controls (a driver's own kill, an exec that fails past
+its point of no return on an old kernel) would read as ``runner_killed``: a retry, never a
+pass.
 """
 
 from __future__ import annotations
@@ -64,10 +76,16 @@ from sandbox.launcher import caps
 OFF_NR, OFF_ARCH = 0, 4
 RET_KILL_PROCESS, RET_ERRNO, RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
 LD_W_ABS, JEQ_K, JGT_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x25, 0x35, 0x45, 0x06
+ALU_AND_K = 0x54
 X32_SYSCALL_BIT = 0x40000000
 CLONE_NEW_MASK = 0x7E020000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
 PERSONALITY_QUERY = 0xFFFFFFFF
 SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+# Self-SIGKILL routes (the same values on x86_64 and aarch64: asm-generic headers).
+SIGKILL, CSIGNAL = 9, 0xFF
+PR_SET_PDEATHSIG, PR_SET_SECCOMP, SECCOMP_MODE_STRICT, SECCOMP_SET_MODE_STRICT = 1, 22, 1, 0
+F_SETSIG, TIOCSIG = 10, 0x40045436
+RLIMIT_CPU, RLIMIT_RTTIME = 0, 15
 
 # Syscalls the filter names. Numbers from 424 up are shared by every architecture.
 _COMMON = {"pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426,
@@ -81,14 +99,18 @@ _X86_64 = {"clone": 56, "kill": 62, "ptrace": 101, "rt_sigqueueinfo": 129, "pers
            "request_key": 249, "keyctl": 250, "unshare": 272, "rt_tgsigqueueinfo": 297,
            "perf_event_open": 298, "setns": 308, "process_vm_readv": 310,
            "process_vm_writev": 311, "kcmp": 312, "finit_module": 313, "kexec_file_load": 320,
-           "bpf": 321, "userfaultfd": 323, "seccomp": 317}
+           "bpf": 321, "userfaultfd": 323, "seccomp": 317, "ioctl": 16, "fcntl": 72,
+           "prctl": 157, "setrlimit": 160, "timer_create": 222, "mq_notify": 244,
+           "prlimit64": 302}
 _AARCH64 = {"umount2": 39, "mount": 40, "pivot_root": 41, "personality": 92, "unshare": 97,
             "kexec_load": 104, "init_module": 105, "delete_module": 106, "ptrace": 117,
             "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "add_key": 217,
             "request_key": 218, "keyctl": 219, "clone": 220, "rt_tgsigqueueinfo": 240,
             "perf_event_open": 241, "setns": 268, "process_vm_readv": 270,
             "process_vm_writev": 271, "kcmp": 272, "finit_module": 273, "bpf": 280,
-            "userfaultfd": 282, "kexec_file_load": 294, "seccomp": 277}
+            "userfaultfd": 282, "kexec_file_load": 294, "seccomp": 277, "ioctl": 29,
+            "fcntl": 25, "timer_create": 107, "setrlimit": 164, "prctl": 167,
+            "mq_notify": 184, "prlimit64": 261}
 # The newest syscall number known when these tables were checked (Linux 6.17: file_setattr).
 MAX_KNOWN_NR = 469
 
@@ -100,6 +122,10 @@ DENY = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd"
         "open_tree_attr", "mount_setattr", "unshare", "setns", "init_module", "finit_module",
         "delete_module", "kexec_load", "kexec_file_load")
 SIGNAL_OWN_ONLY = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+# Which argument of each holds the signal number.
+SIGNAL_ARG = {"kill": 1, "tkill": 1, "rt_sigqueueinfo": 1, "tgkill": 2, "rt_tgsigqueueinfo": 2}
+# Syscalls whose sigevent (argument 1) the filter cannot read: refused unless it is NULL.
+SIGEVENT = ("timer_create", "mq_notify")
 
 
 @dataclass(frozen=True)
@@ -130,6 +156,10 @@ def arch_for(machine: str | None = None) -> Arch:
 
 def _arg_lo(i: int) -> int:
     return 16 + 8 * i  # low 32 bits of args[i]: pid_t, unsigned int and clone flags live there
+
+
+def _arg_hi(i: int) -> int:
+    return 20 + 8 * i  # high 32 bits of args[i] (a pointer is NULL only if both halves are 0)
 
 
 class _Asm:
@@ -179,20 +209,70 @@ def build(own_pid: int, arch: Arch) -> list[tuple[int, int, int, int]]:
         a.op(JEQ_K, t[name], "eperm", 0)
     a.op(JEQ_K, t["clone3"], "enosys", 0)
     for name in SIGNAL_OWN_ONLY:
-        a.op(JEQ_K, t[name], "own_pid", 0)
-    a.op(JEQ_K, t["clone"], "clone_flags", 0)
-    a.op(JEQ_K, t["personality"], "personality", 0)
+        a.op(JEQ_K, t[name], f"signal_arg{SIGNAL_ARG[name]}", 0)
+    for name, label in (("clone", "clone_flags"), ("personality", "personality"),
+                        ("prctl", "prctl"), ("seccomp", "seccomp"), ("fcntl", "fcntl"),
+                        ("ioctl", "ioctl"), ("setrlimit", "setrlimit"),
+                        ("prlimit64", "prlimit64")):
+        a.op(JEQ_K, t[name], label, 0)
+    for name in SIGEVENT:
+        a.op(JEQ_K, t[name], "sigevent", 0)
     a.op(RET_K, RET_ALLOW)
     # Argument checks for the syscalls above; BPF jumps only forward, so every target is below.
+    for i in (1, 2):  # the signal: never SIGKILL, then the target: the runner itself only
+        a.label(f"signal_arg{i}")
+        a.op(LD_W_ABS, _arg_lo(i))
+        a.op(JEQ_K, SIGKILL, "eperm", "own_pid")
     a.label("own_pid")  # kill(pid), tkill(tid), tgkill(tgid, ...), rt_*sigqueueinfo(tgid, ...)
     a.op(LD_W_ABS, _arg_lo(0))
     a.op(JEQ_K, own_pid, "allow", "eperm")
     a.label("clone_flags")
     a.op(LD_W_ABS, _arg_lo(0))
-    a.op(JSET_K, CLONE_NEW_MASK, "eperm", "allow")
+    a.op(JSET_K, CLONE_NEW_MASK, "eperm", 0)
+    a.op(ALU_AND_K, CSIGNAL)  # the exit signal the parent gets when the child ends
+    a.op(JEQ_K, SIGKILL, "eperm", "allow")
     a.label("personality")
     a.op(LD_W_ABS, _arg_lo(0))
     a.op(JEQ_K, PERSONALITY_QUERY, "allow", "eperm")
+    a.label("prctl")
+    a.op(LD_W_ABS, _arg_lo(0))
+    a.op(JEQ_K, PR_SET_PDEATHSIG, "arg1_sigkill", 0)
+    a.op(JEQ_K, PR_SET_SECCOMP, 0, "allow")
+    a.op(LD_W_ABS, _arg_lo(1))
+    a.op(JEQ_K, SECCOMP_MODE_STRICT, "eperm", "allow")
+    a.label("seccomp")
+    a.op(LD_W_ABS, _arg_lo(0))
+    a.op(JEQ_K, SECCOMP_SET_MODE_STRICT, "eperm", "allow")
+    a.label("fcntl")
+    a.op(LD_W_ABS, _arg_lo(1))
+    a.op(JEQ_K, F_SETSIG, "arg2_sigkill", "allow")
+    a.label("ioctl")
+    a.op(LD_W_ABS, _arg_lo(1))
+    a.op(JEQ_K, TIOCSIG, "arg2_sigkill", "allow")
+    a.label("setrlimit")
+    a.op(LD_W_ABS, _arg_lo(0))
+    a.op(JEQ_K, RLIMIT_CPU, "eperm", 0)
+    a.op(JEQ_K, RLIMIT_RTTIME, "eperm", "allow")
+    a.label("prlimit64")  # prlimit64(pid, resource, new, old): reading a limit stays allowed
+    a.op(LD_W_ABS, _arg_lo(1))
+    a.op(JEQ_K, RLIMIT_CPU, "arg2_null", 0)
+    a.op(JEQ_K, RLIMIT_RTTIME, "arg2_null", "allow")
+    a.label("arg1_sigkill")
+    a.op(LD_W_ABS, _arg_lo(1))
+    a.op(JEQ_K, SIGKILL, "eperm", "allow")
+    a.label("arg2_sigkill")
+    a.op(LD_W_ABS, _arg_lo(2))
+    a.op(JEQ_K, SIGKILL, "eperm", "allow")
+    a.label("arg2_null")
+    a.op(LD_W_ABS, _arg_lo(2))
+    a.op(JEQ_K, 0, 0, "eperm")
+    a.op(LD_W_ABS, _arg_hi(2))
+    a.op(JEQ_K, 0, "allow", "eperm")
+    a.label("sigevent")  # timer_create(clock, sevp, ...), mq_notify(mqd, sevp)
+    a.op(LD_W_ABS, _arg_lo(1))
+    a.op(JEQ_K, 0, 0, "eperm")
+    a.op(LD_W_ABS, _arg_hi(1))
+    a.op(JEQ_K, 0, "allow", "eperm")
     a.label("allow")
     a.op(RET_K, RET_ALLOW)
     a.label("eperm")

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,8 @@ def run_bpf(program: list[tuple[int, int, int, int]], nr: int, arch: int,
             acc = struct.unpack_from("<I", data, k)[0]
         elif code == seccomp.RET_K:
             return k
+        elif code == seccomp.ALU_AND_K:
+            acc &= k
         elif code in (seccomp.JEQ_K, seccomp.JGT_K, seccomp.JGE_K, seccomp.JSET_K):
             taken = {seccomp.JEQ_K: acc == k, seccomp.JGT_K: acc > k, seccomp.JGE_K: acc >= k,
                      seccomp.JSET_K: bool(acc & k)}[code]
@@ -82,6 +85,72 @@ def test_clone_with_a_namespace_flag_is_refused_and_plain_clone_allowed(arch: se
     assert decide(arch, "clone", fork_flags) == ALLOW
     for flag in (0x20000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000):
         assert decide(arch, "clone", fork_flags | flag) == EPERM, hex(flag)
+
+
+@pytest.mark.parametrize("name", seccomp.SIGNAL_OWN_ONLY)
+def test_sigkill_is_refused_even_to_the_runner_itself(arch: seccomp.Arch, name: str) -> None:
+    at = seccomp.SIGNAL_ARG[name]
+    args = [OWN, OWN, OWN]
+    for sig, want in ((signal.SIGKILL, EPERM), (signal.SIGTERM, ALLOW), (signal.SIGABRT, ALLOW),
+                      (signal.SIGSEGV, ALLOW), (0, ALLOW)):
+        args[at] = sig
+        assert decide(arch, name, *args) == want, (name, sig)
+    args[at] = (5 << 32) | signal.SIGKILL  # the kernel reads an int: the high half is noise
+    assert decide(arch, name, *args) == EPERM
+    args[0] = OWN + 1  # another target stays refused whatever the signal
+    args[at] = signal.SIGTERM
+    assert decide(arch, name, *args) == EPERM
+
+
+def test_clone_whose_exit_signal_is_sigkill_is_refused(arch: seccomp.Arch) -> None:
+    assert decide(arch, "clone", 0x01200000 | signal.SIGKILL) == EPERM
+    assert decide(arch, "clone", signal.SIGKILL) == EPERM
+    assert decide(arch, "clone", 0x8000 | signal.SIGKILL) == EPERM  # CLONE_PARENT too
+    for sig in (0, signal.SIGCHLD, signal.SIGUSR1, signal.SIGXFSZ):
+        assert decide(arch, "clone", 0x01200000 | sig) == ALLOW, sig
+    assert decide(arch, "clone", 0x900 | signal.SIGCHLD) == ALLOW  # VM|SIGHAND: a 9 above the byte
+
+
+def test_prctl_refuses_sigkill_as_death_signal_and_strict_seccomp(arch: seccomp.Arch) -> None:
+    assert decide(arch, "prctl", seccomp.PR_SET_PDEATHSIG, signal.SIGKILL) == EPERM
+    assert decide(arch, "prctl", seccomp.PR_SET_PDEATHSIG, signal.SIGINT) == ALLOW  # torch's spawn
+    assert decide(arch, "prctl", seccomp.PR_SET_PDEATHSIG, 0) == ALLOW
+    assert decide(arch, "prctl", seccomp.PR_SET_SECCOMP, seccomp.SECCOMP_MODE_STRICT) == EPERM
+    assert decide(arch, "prctl", seccomp.PR_SET_SECCOMP, 2) == ALLOW  # a filter of its own
+    assert decide(arch, "prctl", 15, signal.SIGKILL) == ALLOW  # PR_SET_NAME
+    assert decide(arch, "prctl", 4, 0) == ALLOW  # PR_SET_DUMPABLE
+    assert decide(arch, "seccomp", seccomp.SECCOMP_SET_MODE_STRICT, 0, 0) == EPERM
+    assert decide(arch, "seccomp", seccomp.SECCOMP_SET_MODE_FILTER, 1, 0x7000) == ALLOW
+
+
+def test_fcntl_and_ioctl_refuse_sigkill_as_an_io_signal(arch: seccomp.Arch) -> None:
+    assert decide(arch, "fcntl", 3, seccomp.F_SETSIG, signal.SIGKILL) == EPERM
+    assert decide(arch, "fcntl", 3, seccomp.F_SETSIG, signal.SIGIO) == ALLOW
+    assert decide(arch, "fcntl", 3, seccomp.F_SETSIG, 0) == ALLOW
+    assert decide(arch, "fcntl", 3, 8, signal.SIGKILL) == ALLOW  # F_SETOWN pid 9: a pid
+    assert decide(arch, "fcntl", 3, 1, 0) == ALLOW  # F_GETFD
+    assert decide(arch, "ioctl", 3, seccomp.TIOCSIG, signal.SIGKILL) == EPERM
+    assert decide(arch, "ioctl", 3, seccomp.TIOCSIG, signal.SIGINT) == ALLOW
+    assert decide(arch, "ioctl", 3, 0x5401, signal.SIGKILL) == ALLOW  # TCGETS
+    assert decide(arch, "ioctl", 3, 0xC0104640, 0x7FFF0000) == ALLOW  # a driver's ioctl
+
+
+def test_cpu_time_limits_cannot_be_set(arch: seccomp.Arch) -> None:
+    for res in (seccomp.RLIMIT_CPU, seccomp.RLIMIT_RTTIME):
+        assert decide(arch, "setrlimit", res, 0x7000) == EPERM
+        assert decide(arch, "prlimit64", 0, res, 0x7000, 0) == EPERM
+        assert decide(arch, "prlimit64", OWN, res, 1 << 40, 0) == EPERM  # a pointer above 4 GiB
+        assert decide(arch, "prlimit64", 0, res, 0, 0x7000) == ALLOW  # only reading it
+    for res in (1, 3, 6, 7):  # FSIZE, STACK, NPROC, NOFILE
+        assert decide(arch, "setrlimit", res, 0x7000) == ALLOW
+        assert decide(arch, "prlimit64", 0, res, 0x7000, 0) == ALLOW
+
+
+@pytest.mark.parametrize("name", seccomp.SIGEVENT)
+def test_a_sigevent_the_filter_cannot_read_is_refused(arch: seccomp.Arch, name: str) -> None:
+    assert decide(arch, name, 1, 0x7000, 0x8000) == EPERM
+    assert decide(arch, name, 1, 1 << 44, 0x8000) == EPERM
+    assert decide(arch, name, 1, 0, 0x8000) == ALLOW  # NULL: SIGALRM, or unregistering
 
 
 def test_clone3_returns_enosys_so_libc_falls_back(arch: seccomp.Arch) -> None:
@@ -185,7 +254,7 @@ _CHILD = textwrap.dedent("""
 
 
 @pytest.fixture
-def victim() -> subprocess.Popen[bytes]:
+def victim() -> Iterator[subprocess.Popen[bytes]]:
     p = subprocess.Popen(["sleep", "60"])
     yield p
     p.kill()
@@ -239,3 +308,145 @@ def test_torch_and_a_triton_interpreter_kernel_run_under_the_filter() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        env=env)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+# ---- every self-SIGKILL route, for real: it kills without the filter, and not under it ----
+_SELF_KILL = textwrap.dedent("""
+    import ctypes, errno, json, os, signal, struct, subprocess, sys, threading, time
+    from sandbox.launcher import seccomp
+    route, filtered = sys.argv[1], sys.argv[2] == "1"
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if filtered:
+        seccomp.install()
+    t = seccomp.arch_for().table
+    pid, KILL = os.getpid(), signal.SIGKILL
+    def call(rc):
+        if rc < 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    def raw(name, *args):
+        call(libc.syscall(ctypes.c_long(t[name]), *[ctypes.c_long(a) for a in args]))
+    def sigevent():  # SIGEV_SIGNAL with SIGKILL: sigval, signo, notify, padding (64 bytes)
+        return ctypes.create_string_buffer(struct.pack("=QiiI", 0, KILL, 0, 0).ljust(64, b"\\0"))
+    def siginfo():  # si_signo, si_errno, si_code = SI_QUEUE (128 bytes)
+        return ctypes.create_string_buffer(struct.pack("=iii", KILL, 0, -1).ljust(128, b"\\0"))
+    def spin(cpu_s):
+        t0 = time.process_time()
+        while time.process_time() - t0 < cpu_s:
+            pass
+    def attempt():
+        if route == "kill":
+            os.kill(pid, KILL)
+        elif route == "tgkill":
+            signal.pthread_kill(threading.get_ident(), KILL)
+        elif route == "tkill":
+            raw("tkill", threading.get_native_id(), KILL)
+        elif route == "rt_sigqueueinfo":
+            call(libc.syscall(ctypes.c_long(t["rt_sigqueueinfo"]), ctypes.c_long(pid),
+                              ctypes.c_long(KILL), siginfo()))
+        elif route == "rt_tgsigqueueinfo":
+            call(libc.syscall(ctypes.c_long(t["rt_tgsigqueueinfo"]), ctypes.c_long(pid),
+                              ctypes.c_long(threading.get_native_id()), ctypes.c_long(KILL),
+                              siginfo()))
+        elif route == "child_kills_parent":
+            r = subprocess.run([sys.executable, "-c", f"import os; os.kill({pid}, 9)"],
+                               capture_output=True, text=True)
+            if r.returncode:
+                raise OSError(errno.EPERM, r.stderr.strip().splitlines()[-1])
+        elif route == "clone_exit_signal":
+            child = libc.syscall(ctypes.c_long(t["clone"]), ctypes.c_long(KILL), 0, 0, 0, 0)
+            if child == 0:
+                os._exit(0)
+            call(child)
+        elif route == "pdeathsig":  # the thread that started this process has exited
+            call(libc.prctl(seccomp.PR_SET_PDEATHSIG, KILL, 0, 0, 0))
+        elif route == "prctl_strict":
+            call(libc.prctl(seccomp.PR_SET_SECCOMP, seccomp.SECCOMP_MODE_STRICT, 0, 0, 0))
+            os.getppid()
+        elif route == "seccomp_strict":
+            raw("seccomp", seccomp.SECCOMP_SET_MODE_STRICT, 0, 0)
+            os.getppid()
+        elif route == "f_setsig":
+            import fcntl
+            r, w = os.pipe()
+            fcntl.fcntl(r, fcntl.F_SETOWN, pid)
+            fcntl.fcntl(r, seccomp.F_SETSIG, KILL)
+            fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
+            os.write(w, b"x")
+        elif route == "timer_create":
+            tid = ctypes.c_int(0)
+            call(libc.timer_create(1, sigevent(), ctypes.byref(tid)))
+            call(libc.timer_settime(tid, 0, struct.pack("=qqqq", 0, 0, 0, 10_000_000), None))
+        elif route == "mq_notify":
+            name = f"/kgrader-test-{pid}".encode()
+            mq = libc.mq_open(name, os.O_RDWR | os.O_CREAT, 0o600, None)
+            call(mq)
+            libc.mq_unlink(name)
+            call(libc.mq_notify(mq, sigevent()))
+            call(libc.mq_send(mq, b"x", 1, 0))
+        elif route == "rlimit_cpu":
+            lim = struct.pack("=QQ", 1, 1)
+            call(libc.syscall(ctypes.c_long(t["setrlimit"]), ctypes.c_long(0), lim))
+            spin(1.5)
+        elif route == "prlimit_cpu":
+            lim = struct.pack("=QQ", 1, 1)
+            call(libc.prlimit(0, 0, lim, None))
+            spin(1.5)
+        elif route == "rlimit_rttime":  # it kills SCHED_FIFO work only: the refusal is checked
+            call(libc.prlimit(0, 15, struct.pack("=QQ", 50_000, 50_000), None))
+        elif route == "tiocsig":
+            master, _slave = os.openpty()
+            call(libc.ioctl(master, seccomp.TIOCSIG, KILL))
+        else:
+            raise SystemExit(f"no route {route}")
+    try:
+        attempt()
+        got = "ok"
+    except OSError as e:
+        got = errno.errorcode.get(e.errno, str(e.errno))
+    print("armed", flush=True)  # the spawning thread exits now
+    time.sleep(1.0)  # a timer, a queued message, SIGIO or a child's exit lands meanwhile
+    print(json.dumps({"route": route, "got": got}))
+""")
+ROUTES = ("kill", "tgkill", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "child_kills_parent",
+          "clone_exit_signal", "pdeathsig", "prctl_strict", "seccomp_strict", "f_setsig",
+          "timer_create", "mq_notify", "rlimit_cpu", "prlimit_cpu")
+
+
+def _from_a_thread_that_exits(route: str, filtered: bool) -> subprocess.Popen[str]:
+    """Start the route's process from a thread that ends once the route was tried (the
+    parent PR_SET_PDEATHSIG watches), as the judge never does: it spawns runners from its
+    main thread, which outlives them."""
+    import threading
+
+    out: list[subprocess.Popen[str]] = []
+
+    def spawn() -> None:
+        p = subprocess.Popen([sys.executable, "-c", _SELF_KILL, route, "1" if filtered else "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        out.append(p)
+        assert p.stdout is not None
+        p.stdout.readline()  # "armed", or nothing when the route killed it
+
+    th = threading.Thread(target=spawn)
+    th.start()
+    th.join(timeout=120)
+    return out[0]
+
+
+def test_every_self_sigkill_route_kills_without_the_filter_and_is_refused_under_it() -> None:
+    procs = {(route, filtered): _from_a_thread_that_exits(route, filtered)
+             for route in (*ROUTES, "rlimit_rttime", "tiocsig") for filtered in (False, True)}
+    results = {key: (p.communicate(timeout=120), p.returncode) for key, p in procs.items()}
+    for route in ROUTES:  # each route is real on this kernel: the process dies of SIGKILL
+        (_, err), rc = results[(route, False)]
+        assert rc == -signal.SIGKILL, (route, rc, err[-2000:])
+    for route in (*ROUTES, "rlimit_rttime", "tiocsig"):  # under the filter: EPERM, alive
+        (out, err), rc = results[(route, True)]
+        assert rc == 0, (route, rc, err[-2000:])
+        assert json.loads(out) == {"route": route, "got": "EPERM"}, (route, out, err[-2000:])
+    # The kernel refuses SIGKILL through TIOCSIG by itself (only SIGINT, SIGQUIT, SIGTSTP);
+    # setting RLIMIT_RTTIME is allowed to root without the filter.
+    assert json.loads(results[("tiocsig", False)][0][0])["got"] == "EINVAL"
+    assert json.loads(results[("rlimit_rttime", False)][0][0])["got"] == "ok"
