@@ -27,7 +27,7 @@ VIOLATION_CODES = frozenset({
     "out_of_bounds_write", "out_of_bounds_access", "work_escaped_timing", "timing_inconsistent",
     "side_stream", "background_thread", "input_mutated", "precision_flags_changed",
     "torch_compute_in_launch", "op_audit_tampered", "out_tampered", "runner_spawned_process",
-    "foreign_gpu_process", "pids_limit", "disk_limit", "output_limit", "below_roofline_floor",
+    "pids_limit", "disk_limit", "output_limit", "below_roofline_floor",
     "protocol_violation",  # a runner's answer forged or malformed: the harness never sends one
 })
 

@@ -156,12 +156,14 @@ CATALOGUE: tuple[Code, ...] = (
          "Do not start threads, at import or in a call."),
     Code("runner_spawned_process", _RUN, _C, "A process runs under the runner's uid beside it.",
          "Do not start processes."),
-    Code("foreign_gpu_process", _RUN, _C, "Another process computes on the GPU during the run.",
-         "Do not start processes; an operator should check the device is not shared."),
     Code("gpu_busy_between_calls", ("accept",), _C,
          "The device stayed busy after a side's call returned (work left running).",
          "Finish all work inside the call."),
     # ---- the harness, the task or the machine ----------------------------------------------
+    Code("foreign_gpu_process", _RUN, _I,
+         "A process that is not this sandbox's computes on the GPU during the run (another job "
+         "shares the device; every process of the sandbox was accounted for).",
+         "Retry; an operator should give each sandbox a GPU of its own.", current=False),
     Code("harness_timeout", ("sandbox", *_RUN), _I,
          "The stage's budget ran out in the harness's own work (a loaded host).",
          "Run again; raise the limit if the host is slow."),

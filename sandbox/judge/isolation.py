@@ -16,6 +16,10 @@ from sandbox.judge import prestart
 from sandbox.judge.hub import Hub, SideLike
 from sandbox.launcher import caps, identity
 
+# How long an NVML count above the sandbox's own may take to come down before it is
+# another job's (a closed runner's CUDA context leaves the driver as its process exits).
+FOREIGN_SETTLE_S = 0.5
+
 
 def threads_of(pid: int) -> int:
     """The kernel's count of ``pid``'s threads (never the runner's word about itself)."""
@@ -63,34 +67,56 @@ def foreign_on_device(ev: Hub) -> str | None:
                                           + len(ev.problem.harness_processes()))
 
 
+def _extra_beside(ev: Hub, problem: dict[int, int]) -> list[identity.ExtraProcess]:
+    """Processes under runner uids beyond the runners themselves (and the problem process)."""
+    try:
+        waiting = prestart.pending()
+        return identity.extra_runner_processes(
+            {**waiting, **problem, **{s.runner.proc.pid: s.runner.uid for s in ev.sides}},
+            harness_uids=frozenset(waiting.values()))
+    except identity.IsolationUnavailable as e:
+        raise infrastructure(identity.ISOLATION_CODE, str(e)) from None
+
+
+def _raise_extra(ev: Hub, stage: ErrorStage, extra: list[identity.ExtraProcess],
+                 problem: dict[int, int]) -> None:
+    if not extra:
+        return
+    if set(problem.values()) & {e.uid for e in extra}:
+        raise infrastructure("reference_failed", "the task's problem code left processes "
+                             "running beside the timed call: " + identity.describe(extra))
+    current = {e.owner for e in extra} == {ev.req.current}
+    raise StageFailure(stage, ("current_" if current else "") + "runner_spawned_process",
+                       identity.describe(extra), detail={"pids": [e.pid for e in extra][:20]})
+
+
 def check_beside(ev: Hub, stage: ErrorStage) -> None:
     """Raise when anything but the runners runs under runner uids, or (CUDA) on the GPU.
 
     Runners started ahead that have loaded no module are the harness's (torch's import
     runs ``ldconfig``): what runs under their uids is not counted. A runner the judge
-    cannot see is an infrastructure fault: the count would be blind."""
+    cannot see is an infrastructure fault: the count would be blind. A compute process on
+    the GPU beyond the sandbox's own, when no process of the sandbox is extra, is another
+    job's (``foreign_gpu_process``, infrastructure): every process the candidate can start
+    runs in this sandbox's pid namespace under a runner uid, where the scan sees it."""
     from sandbox.tools import nvml
 
-    try:
-        waiting = prestart.pending()
-        problem = ev.problem.harness_processes()  # the task's problem process: the harness's
-        extra = identity.extra_runner_processes(
-            {**waiting, **problem, **{s.runner.proc.pid: s.runner.uid for s in ev.sides}},
-            harness_uids=frozenset(waiting.values()))
-    except identity.IsolationUnavailable as e:
-        raise infrastructure(identity.ISOLATION_CODE, str(e)) from None
-    if extra and set(problem.values()) & {e.uid for e in extra}:
-        raise infrastructure("reference_failed", "the task's problem code left processes "
-                             "running beside the timed call: " + identity.describe(extra))
-    if extra:
-        current = {e.owner for e in extra} == {ev.req.current}
-        raise StageFailure(stage, ("current_" if current else "") + "runner_spawned_process",
-                           identity.describe(extra),
-                           detail={"pids": [e.pid for e in extra][:20]})
-    if ev.dev == "cuda":
-        if ev.nvml_handle is None:
-            ev.nvml_handle = ev.nvml()[0]
-        foreign = nvml.foreign_compute_processes(ev.nvml_handle,
-                                                 1 + len(ev.sides) + len(problem))
-        if foreign is not None:
-            raise StageFailure(stage, "foreign_gpu_process", foreign)
+    problem = ev.problem.harness_processes()  # the task's problem process: the harness's
+    _raise_extra(ev, stage, _extra_beside(ev, problem), problem)
+    if ev.dev != "cuda":
+        return
+    if ev.nvml_handle is None:
+        ev.nvml_handle = ev.nvml()[0]
+    expected = 1 + len(ev.sides) + len(problem)
+    foreign = nvml.foreign_compute_processes(ev.nvml_handle, expected)
+    deadline = time.monotonic() + FOREIGN_SETTLE_S
+    while foreign is not None and time.monotonic() < deadline:
+        time.sleep(0.02)  # a runner closed just before may still be leaving the driver
+        foreign = nvml.foreign_compute_processes(ev.nvml_handle, expected)
+    if foreign is None:
+        return
+    _raise_extra(ev, stage, _extra_beside(ev, problem), problem)  # one started since: its
+    raise StageFailure(stage, "foreign_gpu_process",
+                       f"{foreign}; no process of this sandbox beyond the judge, its runners "
+                       "and the problem process: another job computes on this device, so no "
+                       "timing of it can be trusted", origin="infrastructure")

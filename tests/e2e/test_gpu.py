@@ -122,3 +122,40 @@ def test_gpu_work_left_in_a_second_context_is_stopped() -> None:
                              backend="bwrap", device="cuda",
                              policy=str(ROOT / "tests/policies/runtime-only.toml")))
     assert not r.ok and r.errors[0].code in {"background_thread", "gpu_busy_between_calls"}, r.errors
+
+
+def test_another_jobs_process_on_the_gpu_is_the_infrastructures_not_the_candidates() -> None:
+    """A CUDA process outside the sandbox (another job on a shared device) holds a context
+    while an honest kernel is graded: NVML counts one compute process more than the
+    sandbox's, and no process of the sandbox is extra, so it is ``foreign_gpu_process`` of
+    origin infrastructure (retried), not the candidate's."""
+    import subprocess
+    import sys
+
+    child = ("import sys, time, torch\nx = torch.ones(1, device='cuda')\ntorch.cuda.synchronize()\n"
+             "print('ready', flush=True)\ntime.sleep(600)\n")
+    other = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+        r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
+                                 candidate=ROOT / "examples/vector_add/candidates/good.py",
+                                 backend="bwrap", device="cuda"))
+    finally:
+        other.kill()
+        other.wait()
+    assert not r.ok and r.errors, r
+    assert (r.errors[0].code, r.errors[0].origin) == ("foreign_gpu_process", "infrastructure"), r.errors
+    assert r.infrastructure_failed()
+
+
+def test_a_gpu_process_the_candidate_detached_is_still_the_candidates() -> None:
+    """tests/attacks/gpu/detached_gpu_child.py starts, at import, a child in its own session
+    that holds a CUDA context (scan off): it runs under the runner's uid in the sandbox, so
+    it is the candidate's, never taken for another job's process."""
+    r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
+                             candidate=ROOT / "tests/attacks/gpu/detached_gpu_child.py",
+                             backend="bwrap", device="cuda",
+                             policy=str(ROOT / "tests/policies/runtime-only.toml")))
+    assert not r.ok and r.errors, r
+    assert r.errors[0].origin == "candidate", r.errors
+    assert r.errors[0].code in {"runner_spawned_process", "background_thread"}, r.errors
