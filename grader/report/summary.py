@@ -22,7 +22,7 @@ from grader.report.model import (
 )
 from grader.report.record import ResultProblem
 from grader.task import TaskSpec
-from sandbox.contract import text, wire
+from sandbox.contract import codes, text, wire
 
 # ReportError.message's own cap: a longer message is cut, never a reason to fail the report.
 MESSAGE_MAX = 4000
@@ -57,9 +57,28 @@ def timing_stats(spec: TaskSpec, t: wire.TimingRecord, device: str,
 SLOWED_BY_MEMORY = frozenset({"compile_timeout", "timeout", "harness_timeout"})
 
 
+def _unvouched_runner_kill(outcome: SandboxOutcome) -> str | None:
+    """Why the host cannot confirm a judge's ``runner_killed`` (a SIGKILL the judge did not
+    send, which the runner's seccomp filter makes impossible to inflict on itself), or
+    None: the same facts as :func:`judge_killed_from_outside`."""
+    if outcome.oom_killed:
+        return "the sandbox's memory cgroup counted an OOM kill"
+    if not outcome.oom_counted:
+        return ("this sandbox has no memory cgroup counting OOM kills, so the kernel's OOM "
+                "killer cannot be ruled out")
+    if outcome.limit_fired is not None or outcome.timed_out or outcome.pids_limited:
+        return f"a limit of the sandbox fired ({outcome.limit_fired or 'pids'})"
+    return None
+
+
 def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
     """The judge's error as reported; a runner killed while a limit fired was killed by it."""
-    code, message = e.code, e.message
+    code, message, origin = e.code, e.message, e.origin
+    why = (_unvouched_runner_kill(outcome) if code.removeprefix(codes.CURRENT) == "runner_killed"
+           else None)
+    if why is not None:  # fail closed: the candidate's crash, as before the filter existed
+        code, origin = ("current_" if code.startswith("current_") else "") + "signal", "candidate"
+        message = f"runner killed by SIGKILL, and {why}"
     if code in ("signal", "early_exit") and outcome.oom_killed:
         code, message = "memory_limit", ("memory limit reached (the kernel's OOM killer "
                                          f"ended the runner): {message}")
@@ -73,7 +92,7 @@ def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
                    "times: the kernel reclaimed its pages, which slows every process in it; "
                    "raise limits.memory_mib)")
         detail["memory_limit_hits"] = outcome.memory_limit_hits
-    return ReportError(stage=e.stage, code=code, origin=e.origin,
+    return ReportError(stage=e.stage, code=code, origin=origin,
                        message=text.clean(message, MESSAGE_MAX), line=e.line, detail=detail)
 
 

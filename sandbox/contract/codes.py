@@ -93,6 +93,11 @@ CATALOGUE: tuple[Code, ...] = (
          "Do not print from the kernel or its wrapper."),
     Code("signal", _RUN, _C, "The candidate's runner was killed by a signal (a crash).",
          "Look for an invalid memory access or an abort in native code."),
+    Code("runner_killed", _RUN, _I,
+         "A runner was killed by SIGKILL from outside the sandbox (an operator, a watchdog): "
+         "the judge did not send it, the runner's seccomp filter refuses every self-inflicted "
+         "SIGKILL, and the sandbox's memory cgroup counted no OOM kill.",
+         "Retry; find what on the host sends signals to kgrader's sandboxes."),
     Code("early_exit", _RUN, _C,
          "The candidate's runner exited before answering (os._exit, sys.exit, a crash).",
          "Never exit from the candidate; return from the entry point.", runner=True),

@@ -37,6 +37,17 @@ class RunnerFailure(Exception):
 
 RUNNER_ENTRY = "sandbox.runner.boot"
 
+# A runner dead of SIGKILL the judge did not send. Nothing inside can have sent it: the
+# runner's seccomp filter (sandbox.launcher.seccomp) refuses every way a process can have
+# the kernel SIGKILL it by its own doing, inherited by all it starts, and no other process
+# in the sandbox shares its uid. Left: an outside kill, or the OOM killer, which the host
+# tells apart from its memory cgroup (grader.report.summary: memory_limit, or the
+# candidate's ``signal`` where it cannot count OOM kills). A runner under a diagnostics
+# tool is the tool's process, which the filter does not cover: its SIGKILL stays ``signal``.
+_KILLED_FROM_OUTSIDE = ("runner killed by SIGKILL that the judge did not send: the runner's "
+                        "seccomp filter refuses every self-inflicted SIGKILL, so it came from "
+                        "outside the sandbox (an operator, a watchdog) or the kernel; retry")
+
 
 def _runner_error(err: Any) -> RunnerFailure:
     """A runner's own account of its failure, as data: every string cleaned and capped
@@ -152,7 +163,9 @@ class RunnerHandle:
             raise RunnerFailure(identity.ISOLATION_CODE, str(e)) from None
         self.uid = self.identity.uid
         self.device = device
+        self.prefix = prefix
         self.answered = False  # before the first answer, no candidate code has run
+        self.killed = False  # the judge itself sent the runner's uid SIGKILL (kill())
         # A unix socket beside the pipes: buffers (memfd, CUDA VMM handles) can be handed
         # over after the runner started, so that it imports torch while the judge does.
         try:
@@ -243,7 +256,10 @@ class RunnerHandle:
         except subprocess.TimeoutExpired:
             self.kill()
             rc = self.proc.wait()
+        sent = self.killed
         self.kill()
+        if rc == -signal.SIGKILL and not sent and not self.prefix:
+            return RunnerFailure("runner_killed", _KILLED_FROM_OUTSIDE, detail={"signal": -rc})
         if rc == harden.LOCKDOWN_EXIT and not self.answered:
             return RunnerFailure(identity.ISOLATION_CODE,
                                  f"runner uid {self.uid} could not be confined (identity check or "
@@ -261,6 +277,7 @@ class RunnerHandle:
 
     def kill(self) -> None:
         """Kill the runner and every process of its uid (the judge has no CAP_KILL)."""
+        self.killed = True
         identity.kill_all(self.identity)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
