@@ -18,7 +18,8 @@ from grader.experience.model import Attempt
 __all__ = ["MAX_LESSON_CHARS", "lesson", "one_line"]
 
 MAX_LESSON_CHARS = 300
-_INFRA_CODES = frozenset({"sandbox_unavailable", "image_missing", "infrastructure", "judge_died"})
+_INFRA_CODES = frozenset({"sandbox_unavailable", "image_missing", "infrastructure", "judge_died",
+                          "runner_killed", "current_runner_killed"})
 _LIMIT_ADVICE = {
     "compile_timeout": "compile exceeded its time limit — fewer autotune configs or a smaller "
                        "unrolled body",

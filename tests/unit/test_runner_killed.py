@@ -115,3 +115,14 @@ def test_a_report_with_runner_killed_is_retried_and_never_disqualifies() -> None
         stage="benchmark", code="runner_killed", origin="infrastructure", message="m")])
     assert r.infrastructure_failed() and violation(r) is None
     assert "runner_killed" in codes.report_codes() and "current_runner_killed" in codes.report_codes()
+
+
+def test_an_agents_lesson_says_a_runner_killed_is_not_the_kernels_fault() -> None:
+    from grader.experience.extract import attempt_from_report
+    from grader.experience.lessons import lesson
+    from grader.report.model import Report, ReportError
+
+    r = Report(ok=False, stage="benchmark", errors=[ReportError(
+        stage="benchmark", code="runner_killed", origin="infrastructure", message="killed")])
+    text = lesson(attempt_from_report(r, origin="run", task=None, source=None))
+    assert text.startswith("infrastructure fault (runner_killed): not the kernel's fault"), text
