@@ -26,6 +26,8 @@ from typing import Any
 
 import psutil
 
+from grader.backends.owner import start_ticks
+
 # After a SIGKILL of the judge from outside the sandbox (or of the docker daemon under it),
 # an honest kernel is owed an infrastructure verdict; ``judge_died`` blames the candidate.
 INFRA_AFTER_KILL = frozenset({"judge_killed", "sandbox_unavailable"})
@@ -101,7 +103,7 @@ class Monitor:
         self.period, self.load_every = period, load_every
         self.loads: list[float] = []
         self._parents: dict[int, int] = {}
-        self._started: dict[int, float] = {}
+        self._started: dict[int, int] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="soak-monitor", daemon=True)
@@ -116,10 +118,11 @@ class Monitor:
 
     def _sample(self) -> None:
         parents: dict[int, int] = {}
-        started: dict[int, float] = {}
-        for p in psutil.process_iter(["ppid", "create_time"]):
-            if p.info["ppid"] is not None and p.info["create_time"] is not None:
-                parents[p.pid], started[p.pid] = p.info["ppid"], p.info["create_time"]
+        started: dict[int, int] = {}
+        for p in psutil.process_iter(["ppid"]):
+            ticks = start_ticks(p.pid)  # not create_time(): it moves with the wall clock
+            if p.info["ppid"] is not None and ticks is not None:
+                parents[p.pid], started[p.pid] = p.info["ppid"], ticks
         with self._lock:
             self._parents, self._started = parents, started
 
@@ -132,7 +135,7 @@ class Monitor:
                 self.loads.append(os.getloadavg()[0])
                 next_load = time.monotonic() + self.load_every
 
-    def tree(self, root: int) -> dict[int, float]:
+    def tree(self, root: int) -> dict[int, int]:
         """``pid -> start time`` of ``root``'s descendants in the latest sample."""
         with self._lock:
             return {pid: self._started[pid] for pid in descendants(self._parents, root)}
@@ -143,24 +146,24 @@ class Monitor:
                 "peak": round(max(loads), 2) if loads else None, "samples": len(loads)}
 
 
-def alive(seen: Mapping[int, float]) -> list[str]:
-    """The sampled processes that still run (same pid and start time, not a zombie)."""
+def alive(seen: Mapping[int, int]) -> list[str]:
+    """The sampled processes that still run (same pid and start ticks, not a zombie)."""
     out = []
     for pid, created in seen.items():
         try:
             p = psutil.Process(pid)
-            if abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
+            if start_ticks(pid) == created and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(f"{pid} {' '.join(p.cmdline())[:120]}")
         except psutil.Error:
             pass
     return out
 
 
-def cmdline(pid: int, created: float) -> str:
+def cmdline(pid: int, created: int) -> str:
     """The command line of ``pid`` if it is still the process sampled at ``created``."""
     try:
         p = psutil.Process(pid)
-        return " ".join(p.cmdline()) if abs(p.create_time() - created) < 0.01 else ""
+        return " ".join(p.cmdline()) if start_ticks(pid) == created else ""
     except psutil.Error:
         return ""
 
@@ -214,17 +217,18 @@ class Leftovers:
             time.sleep(2)
         return [f"daemon unreachable: {err}"]
 
-    def container_procs(self, owner: str) -> dict[int, float]:
+    def container_procs(self, owner: str) -> dict[int, int]:
         if not self.docker_host or not self.docker_lock.acquire(blocking=False):
             return {}
-        procs: dict[int, float] = {}
+        procs: dict[int, int] = {}
         try:
             for c in self.docker().containers.list(filters={"label": "kgrader"}):
                 if _owns(owner, c.labels.get("kgrader.owner")):
                     init = psutil.Process(int(c.attrs["State"]["Pid"]))
                     for p in [init, *init.children(recursive=True)]:
-                        with contextlib.suppress(psutil.Error):
-                            procs[p.pid] = p.create_time()
+                        ticks = start_ticks(p.pid)
+                        if ticks is not None:
+                            procs[p.pid] = ticks
         except Exception:
             pass
         finally:

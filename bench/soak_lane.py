@@ -26,6 +26,8 @@ from typing import Any
 import psutil
 from soak_checks import Leftovers, Monitor, alive, cmdline, expected
 
+from grader.backends.owner import start_ticks
+
 HONEST = ("vector_add_small", "softmax", "matmul")
 CHEATS = (("side_stream.py", {"output_untouched", "wrong_values", "background_thread",
                                "work_escaped_timing"}),
@@ -106,7 +108,7 @@ class Lane:
             self.abort()
         return host, owner
 
-    def sample(self, host: subprocess.Popen[str], owner: str, seen: dict[int, float]) -> dict[int, float]:
+    def sample(self, host: subprocess.Popen[str], owner: str, seen: dict[int, int]) -> dict[int, int]:
         procs = {**self.s.monitor.tree(host.pid), **self.s.left.container_procs(owner)}
         for pid, created in procs.items():
             seen.setdefault(pid, created)
@@ -143,7 +145,7 @@ class Lane:
                 *extra]
         t0 = time.monotonic()
         host, owner = self.start(args, tmpdir)
-        seen: dict[int, float] = {}
+        seen: dict[int, int] = {}
         fired = self.drive(host, owner, fault, seen, row)
         try:
             out, err = host.communicate(timeout=900)
@@ -167,7 +169,7 @@ class Lane:
             (self.full / "filler").unlink(missing_ok=True)
         return row
 
-    def leftovers(self, row: dict[str, Any], seen: dict[int, float], owner: str, tmpdir: Path,
+    def leftovers(self, row: dict[str, Any], seen: dict[int, int], owner: str, tmpdir: Path,
                   *, killed: bool) -> None:
         row["left_processes"] = alive(seen)
         row["left_folders"] = self.s.left.folders(tmpdir, owner)
@@ -182,7 +184,7 @@ class Lane:
             row["left_containers_ok"] = not row["left_containers"]
             row["left_cgroups_ok"] = not row["left_cgroups"]
 
-    def drive(self, host: subprocess.Popen[str], owner: str, fault: str, seen: dict[int, float],
+    def drive(self, host: subprocess.Popen[str], owner: str, fault: str, seen: dict[int, int],
               row: dict[str, Any]) -> bool:
         """Sample the lane's sandbox processes while the run lasts; inject ``fault``. True
         when the fault fired before the run ended on its own."""
@@ -201,7 +203,7 @@ class Lane:
                         pid = self.rng.choice(targets)
                         with contextlib.suppress(psutil.Error):
                             p = psutil.Process(pid)
-                            if abs(p.create_time() - procs[pid]) < 0.01:
+                            if start_ticks(pid) == procs[pid]:
                                 p.send_signal(signal.SIGKILL)
                                 fired = True
                 elif fault == "dockerd_restart":
@@ -247,7 +249,7 @@ class Lane:
         """The next kgrader command after the lane's last kill, and its own leftovers."""
         self.next_pending()
         host, owner = self.start(SWEEP_RUN, self.tmp)
-        seen: dict[int, float] = {}
+        seen: dict[int, int] = {}
         while host.poll() is None:
             self.sample(host, owner, seen)
             time.sleep(0.3)
