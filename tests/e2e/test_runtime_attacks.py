@@ -73,6 +73,11 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
                                                     "background_thread"}),
     # a thread the harness did not make is counted against the runner's pre-import threads
     "import_thread_deferred.py": ({"compile"}, {"background_thread"}),
+    # a runner that SIGKILLs itself on a hidden shape would read as killed from outside
+    # (runner_killed, retried): the seccomp filter refuses every route, the outputs stay untouched
+    **{f"self_sigkill_{route}.py": ({"correctness"}, {"output_untouched"}) for route in (
+        "signals", "clone_exit_signal", "pdeathsig", "sigio", "posix_timer", "mq_notify",
+        "cpu_limit", "strict_seccomp", "pty_signal")},
 }
 LIMITS = {"compile_s": 60, "run_s": 20, "memory_mib": 1536}
 
