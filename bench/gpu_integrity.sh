@@ -11,6 +11,7 @@
 #   calibration  bench/calibration.py with CAL_ARGS (A/A decisions, power, cheats, overhead);
 #   leaderboard  bench/leaderboard.py with LB_ARGS (throughput on the examples' mix);
 #   pytest    the GPU tests (tests/e2e/test_gpu.py; PYTEST_K a -k filter, PYTEST_S a limit);
+#   stops     the outside-kill and full-TMPDIR tests on bwrap with --device cuda (STOPS_S a limit);
 #   soak      bench/soak.py on the CPU, bwrap only: SOAK_LANES lanes at once (default 32, two per
 #             core of a 16-core host), SOAK_N iterations, SOAK_SEED, SOAK_S seconds of new
 #             iterations, SOAK_LB leaderboard kill/resume rounds, SOAK_T the hard limit;
@@ -139,6 +140,12 @@ if on leaderboard; then
 timeout "${LB_S:-400}" python3 bench/leaderboard.py --device cuda ${LB_ARGS:---quick} \
     > "$R/leaderboard.txt" 2>&1
 echo "leaderboard rc=$? $(tail -3 "$R/leaderboard.txt" | tr '\n' '|')" >> "$S"
+fi
+
+if on stops; then  # a judge or runner killed from outside, a full TMPDIR: on the GPU too
+KGRADER_TEST_DEVICE=cuda timeout "${STOPS_S:-300}" python3 -m pytest -q -p no:cacheprovider --durations=10 \
+    tests/e2e/test_outside_kills.py tests/e2e/test_full_tmpdir.py -k "not docker" > "$R/stops_gpu.txt" 2>&1
+echo "stops_gpu rc=$? $(grep -E 'passed|failed' "$R/stops_gpu.txt" | tail -1)" >> "$S"
 fi
 
 if on pytest; then

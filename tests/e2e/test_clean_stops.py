@@ -36,6 +36,9 @@ from .conftest import kgrader
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "vector_add_small"
 RUNTIME_ONLY = ROOT / "tests" / "policies" / "runtime-only.toml"
+# The device of the runs these tests (and the outside-kill and full-TMPDIR ones) interrupt:
+# the CPU in CI; KGRADER_TEST_DEVICE=cuda on a GPU host (bench/gpu_integrity.sh, "stops").
+DEVICE = os.environ.get("KGRADER_TEST_DEVICE", "cpu")
 SLEEPY = "import time\ntime.sleep(600)\n\n\ndef launch(x, y, out):\n    out.copy_(x + y)\n"
 
 pytestmark = pytest.mark.bwrap
@@ -56,7 +59,7 @@ def _kgrader(args: list[str], tmpdir: Path, timeout: float = 300) -> subprocess.
 
 
 def _run_args(cand: Path, backend: str) -> list[str]:
-    return ["run", str(EXAMPLE), str(cand), "--backend", backend, "--device", "cpu",
+    return ["run", str(EXAMPLE), str(cand), "--backend", backend, "--device", DEVICE,
             "--policy", str(RUNTIME_ONLY), "--compile-s", "600", "--run-s", "600"]
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_clean_stops import EXAMPLE, RUNTIME_ONLY, _start, _started, _wait
+from .test_clean_stops import DEVICE, EXAMPLE, RUNTIME_ONLY, _start, _started, _wait
 
 pytestmark = pytest.mark.bwrap
 # The example's good kernel, slow to import: the judge waits while the disk fills.
@@ -50,7 +50,7 @@ def _fill(mnt: Path) -> None:
 
 
 def _run(cand: Path, tmpdir: Path) -> subprocess.Popen[str]:
-    return _start(["run", str(EXAMPLE), str(cand), "--backend", "bwrap", "--device", "cpu",
+    return _start(["run", str(EXAMPLE), str(cand), "--backend", "bwrap", "--device", DEVICE,
                    "--policy", str(RUNTIME_ONLY), "--json"], tmpdir)
 
 
