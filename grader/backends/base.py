@@ -107,6 +107,9 @@ class SandboxOutcome:
     # The kernel counts every OOM kill of the sandbox's processes (a memory cgroup), so
     # ``oom_killed`` False means none happened; False where only a watchdog samples RSS.
     oom_counted: bool = False
+    # The sandbox's cgroup vanished before the backend ended the run: removed from outside
+    # the sandbox (only root on the host can), killing what was in it.
+    cgroup_lost: bool = False
 
 
 class SandboxBackend(abc.ABC):

@@ -46,7 +46,8 @@ class Supervision:
             stdout=out, stderr=err, timed_out=ev.timed_out, oom_killed=ev.oom_killed,
             pids_limited=ev.pids_limited, output_truncated=truncated,
             limit_fired=classify(ev), enforcement=enforcement,
-            memory_limit_hits=ev.memory_limit_hits, oom_counted=ev.oom_counted)
+            memory_limit_hits=ev.memory_limit_hits, oom_counted=ev.oom_counted,
+            cgroup_lost=ev.cgroup_lost)
 
 
 def supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
@@ -136,6 +137,7 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
         dog.stop()
         if gdog is not None:
             gdog.stop()
+        lost = cg is not None and cg.lost()  # before this run's own kill and removal
         if cg is not None:
             cg.kill_all()
         for d in drains:
@@ -149,6 +151,7 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
         signal=decode_status(proc.returncode)[1],
         memory_limit_hits=cg.memory_limit_hits() if cg is not None else 0,
         oom_counted=cg is not None and cg.oom_counted(),
+        cgroup_lost=lost,
     )
     if cg is not None:
         cg.destroy()

@@ -66,6 +66,12 @@ class CgroupSet:
         return d is not None and (d / ("memory.events" if self.version == 2
                                        else "memory.oom_control")).is_file()
 
+    def lost(self) -> bool:
+        """Whether a directory of this set is gone while the run it holds was still ours to
+        end: only root on the host removes it (bwrap mounts no /sys in the sandbox), so
+        something outside the sandbox (a sweep, an operator) took it and killed what was in it."""
+        return any(not d.is_dir() for d in {*self.dirs.values()})
+
     def oom_killed(self) -> bool:
         if self.version == 2:
             return _read_kv(self.dirs["memory"] / "memory.events").get("oom_kill", 0) > 0

@@ -54,6 +54,7 @@ class Evidence:
     signal: int | None = None
     memory_limit_hits: int = 0  # times usage reached the limit without a kill
     oom_counted: bool = False  # the kernel's OOM-kill count was readable (a memory cgroup)
+    cgroup_lost: bool = False  # the sandbox's cgroup was removed from outside before its end
 
 
 def classify(evidence: Evidence) -> LimitName | None:

@@ -111,10 +111,13 @@ def judge_killed_from_outside(outcome: SandboxOutcome) -> bool:
     signal the judge), and the launcher has exec'd into the judge; the host's own kills
     are its limits. Without a counted OOM (an RSS watchdog only) a kernel OOM kill cannot
     be ruled out, so that stays the candidate's ``judge_died`` (fail closed). A candidate
-    that could provoke this gains a retry, never a pass."""
-    return (outcome.signal in SENT_SIGNALS and outcome.limit_fired is None
-            and outcome.oom_counted and not outcome.oom_killed and not outcome.pids_limited
-            and not outcome.timed_out)
+    that could provoke this gains a retry, never a pass. A sandbox whose cgroup was
+    removed under it (``cgroup_lost``: only root on the host can) was killed from outside
+    too, though its OOM count went with the cgroup."""
+    if outcome.signal not in SENT_SIGNALS or outcome.limit_fired is not None or outcome.timed_out:
+        return False
+    return outcome.cgroup_lost or (outcome.oom_counted and not outcome.oom_killed
+                                   and not outcome.pids_limited)
 
 
 def _signame(sig: int | None) -> str:

@@ -132,6 +132,19 @@ def test_judge_killed_by_a_sent_signal_with_no_limit_is_the_infrastructures() ->
         assert (err.stage, err.code, err.origin) == ("sandbox", "judge_killed", "infrastructure")
 
 
+def test_judge_killed_with_its_cgroup_removed_from_outside_is_the_infrastructures() -> None:
+    """The OOM count went with the cgroup; only root on the host removes it."""
+    from grader.report.summary import no_record_error
+
+    lost = _killed(oom_counted=False, cgroup_lost=True)
+    err = no_record_error(ResultProblem("result_missing", "no record"), lost)  # type: ignore[arg-type]
+    assert (err.code, err.origin) == ("judge_killed", "infrastructure")
+    for kw in ({"signal": 11}, {"limit_fired": "memory_limit"}, {"timed_out": True}):
+        other = _killed(oom_counted=False, cgroup_lost=True, **kw)
+        assert no_record_error(ResultProblem("result_missing", "no record"),
+                               other).code != "judge_killed"  # type: ignore[arg-type]
+
+
 def test_docker_init_that_could_not_forward_a_stop_signal_is_the_infrastructures() -> None:
     from grader.backends.base import SandboxOutcome
     from grader.report.summary import no_record_error
