@@ -3,7 +3,7 @@
 #   legit     every legit kernel of tests/legit, plainly and through the runner's twins
 #             (autotuned ones included), outputs compared bit for bit;
 #   honest    the examples' good candidates, alone and against themselves (paired acceptance);
-#   attacks   every runtime attack (tests/attacks/runtime, scan off) on examples/vector_add;
+#   attacks   every runtime attack (tests/attacks/runtime, scan off; ATTACKS a glob) on examples/vector_add;
 #   returned  the returned-output attacks (tests/attacks/returned) on an imported KernelBench ReLU;
 #   gpumode   the GPU MODE replicas (GM_PROBLEMS, GM_SUBMISSIONS: a glob, default *);
 #   field     every KernelBench and GPU MODE example problem imported, each shipped submission
@@ -59,7 +59,7 @@ run_attack() {
 }
 if on attacks; then
 i=0
-for f in tests/attacks/runtime/*.py; do
+for f in tests/attacks/runtime/${ATTACKS:-*}.py; do
   run_attack "$f" & i=$((i + 1)); (( i % 3 == 0 )) && wait
 done
 wait; sort "$R/att/lines.txt" >> "$S"
