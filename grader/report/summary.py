@@ -61,13 +61,17 @@ def _unvouched_runner_kill(outcome: SandboxOutcome) -> str | None:
     """Why the host cannot confirm a judge's ``runner_killed`` (a SIGKILL the judge did not
     send, which the runner's seccomp filter makes impossible to inflict on itself), or
     None: the same facts as :func:`judge_killed_from_outside`."""
+    if outcome.limit_fired is not None or outcome.timed_out:
+        return f"a limit of the sandbox fired ({outcome.limit_fired or 'timeout'})"
+    if outcome.cgroup_lost:  # removed from outside (only root on the host can)
+        return None
     if outcome.oom_killed:
         return "the sandbox's memory cgroup counted an OOM kill"
     if not outcome.oom_counted:
         return ("this sandbox has no memory cgroup counting OOM kills, so the kernel's OOM "
                 "killer cannot be ruled out")
-    if outcome.limit_fired is not None or outcome.timed_out or outcome.pids_limited:
-        return f"a limit of the sandbox fired ({outcome.limit_fired or 'pids'})"
+    if outcome.pids_limited:
+        return "the sandbox's process limit was reached"
     return None
 
 

@@ -126,3 +126,14 @@ def test_an_agents_lesson_says_a_runner_killed_is_not_the_kernels_fault() -> Non
         stage="benchmark", code="runner_killed", origin="infrastructure", message="killed")])
     text = lesson(attempt_from_report(r, origin="run", task=None, source=None))
     assert text.startswith("infrastructure fault (runner_killed): not the kernel's fault"), text
+
+
+def test_a_cgroup_removed_from_outside_keeps_it_runner_killed_as_for_the_judge() -> None:
+    from grader.report.summary import judge_killed_from_outside
+
+    lost = _outcome(cgroup_lost=True, oom_counted=False, signal=9, exit_code=None)
+    assert judge_killed_from_outside(lost)
+    assert (_error(_killed(), lost).code, _error(_killed(), lost).origin) == (
+        "runner_killed", "infrastructure")
+    fired = _outcome(cgroup_lost=True, limit_fired="timeout", timed_out=True)
+    assert _error(_killed(), fired).origin == "candidate"
