@@ -110,6 +110,10 @@ class SandboxOutcome:
     # The sandbox's cgroup vanished before the backend ended the run: removed from outside
     # the sandbox (only root on the host can), killing what was in it.
     cgroup_lost: bool = False
+    # Compute processes on the sandbox's GPUs that were not the sandbox's ("pid N (name)"),
+    # seen by the host's NVML (grader.backends.gpu_watch); ``device_watched``: it looked.
+    device_shared_by: tuple[str, ...] = ()
+    device_watched: bool = False
 
 
 class SandboxBackend(abc.ABC):

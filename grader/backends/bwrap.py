@@ -288,9 +288,11 @@ class BwrapBackend(SandboxBackend):
                                     options=s.describe())
                        for path, s in zip((SCRATCH_MOUNT, SHM_MOUNT), scratch, strict=True))
         gpu_mem = "not enforced"
-        if sup.gpu_watchdog is not None:
+        if sup.gpu_watchdog is not None and lim.gpu_memory_mib:
             gpu_mem = ("runner allocator cap + NVML host watchdog" if sup.gpu_watchdog
                        else "runner allocator cap (NVML unavailable on the host)")
+        elif sup.gpu_watchdog is False:
+            gpu_mem = "not enforced; NVML unavailable on the host, so another job on the GPU is unseen"
         return Enforcement(
             backend="bwrap",
             memory=(f"{cg.kind} memory limit {lim.memory_mib} MiB, swap 0" if cg

@@ -17,9 +17,10 @@ from grader.backends.base import SandboxOutcome, SandboxSpec
 from grader.backends.classify import Evidence, classify, decode_status
 from grader.backends.enforcement import Enforcement
 from grader.backends.gate import MAX_WAIT_FACTOR
+from grader.backends.gpu_watch import GpuWatch
 from grader.backends.hoststeps import HostSteps
 from grader.backends.output import OutputDrain, collect, fd_chunks
-from grader.backends.watchdog import GpuMemoryWatchdog, Watchdog
+from grader.backends.watchdog import Watchdog
 from grader.errors import SandboxUnavailableError
 
 log = structlog.get_logger("kgrader.bwrap")
@@ -47,7 +48,8 @@ class Supervision:
             pids_limited=ev.pids_limited, output_truncated=truncated,
             limit_fired=classify(ev), enforcement=enforcement,
             memory_limit_hits=ev.memory_limit_hits, oom_counted=ev.oom_counted,
-            cgroup_lost=ev.cgroup_lost)
+            cgroup_lost=ev.cgroup_lost, device_shared_by=ev.device_shared_by,
+            device_watched=bool(self.gpu_watchdog))
 
 
 def supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
@@ -118,8 +120,9 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
                    pids_hit=cg.pids_hit if cg else None)
     dog.start()
     gdog = None
-    if spec.device == "cuda" and lim.gpu_memory_mib:
-        gdog = GpuMemoryWatchdog(proc.pid, lim.gpu_memory_mib << 20, kill_tree)
+    if spec.device == "cuda":
+        gdog = GpuWatch(proc.pid, spec.gpu_ids,
+                        lim.gpu_memory_mib << 20 if lim.gpu_memory_mib else None, kill_tree)
         gdog.start()
     timed_out = False
     try:
@@ -152,6 +155,7 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
         memory_limit_hits=cg.memory_limit_hits() if cg is not None else 0,
         oom_counted=cg is not None and cg.oom_counted(),
         cgroup_lost=lost,
+        device_shared_by=gdog.shared_by() if gdog is not None else (),
     )
     if cg is not None:
         cg.destroy()

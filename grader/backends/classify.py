@@ -55,6 +55,7 @@ class Evidence:
     memory_limit_hits: int = 0  # times usage reached the limit without a kill
     oom_counted: bool = False  # the kernel's OOM-kill count was readable (a memory cgroup)
     cgroup_lost: bool = False  # the sandbox's cgroup was removed from outside before its end
+    device_shared_by: tuple[str, ...] = ()  # another job's compute processes on its GPUs
 
 
 def classify(evidence: Evidence) -> LimitName | None:

@@ -21,6 +21,7 @@ from grader.report.model import (
     TimingStats,
 )
 from grader.report.record import ResultProblem
+from grader.report.shared_device import account_for_shared_device
 from grader.task import TaskSpec
 from sandbox.contract import codes, text, wire
 
@@ -221,6 +222,7 @@ def build_report(report: Report, spec: TaskSpec, rec: wire.Record, outcome: Sand
         report.errors.append(ReportError(stage=rec.stage or "benchmark", code=outcome.limit_fired,
                                          origin="candidate",
                                          message=f"the sandbox's {outcome.limit_fired} fired"))
+    account_for_shared_device(report, outcome)
     if any(e.stage == "integrity" for e in report.errors):
         report.stage = "integrity"
     report.ok = not report.errors and (report.acceptance is None or report.acceptance.accepted)

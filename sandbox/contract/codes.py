@@ -166,8 +166,9 @@ CATALOGUE: tuple[Code, ...] = (
          "Finish all work inside the call."),
     # ---- the harness, the task or the machine ----------------------------------------------
     Code("foreign_gpu_process", _RUN, _I,
-         "A process that is not this sandbox's computes on the GPU during the run (another job "
-         "shares the device; every process of the sandbox was accounted for).",
+         "Another job computed on the sandbox's GPU during the run (seen by the host's NVML, or "
+         "a compute process the sandbox cannot account for): no timing verdict or acceptance "
+         "decision stands on it.",
          "Retry; an operator should give each sandbox a GPU of its own.", current=False),
     Code("harness_timeout", ("sandbox", *_RUN), _I,
          "The stage's budget ran out in the harness's own work (a loaded host).",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,27 +125,52 @@ def test_gpu_work_left_in_a_second_context_is_stopped() -> None:
     assert not r.ok and r.errors[0].code in {"background_thread", "gpu_busy_between_calls"}, r.errors
 
 
-def test_another_jobs_process_on_the_gpu_is_the_infrastructures_not_the_candidates() -> None:
-    """A CUDA process outside the sandbox (another job on a shared device) holds a context
-    while an honest kernel is graded: NVML counts one compute process more than the
-    sandbox's, and no process of the sandbox is extra, so it is ``foreign_gpu_process`` of
-    origin infrastructure (retried), not the candidate's."""
+def _other_job(busy: bool) -> Any:
+    """A CUDA process outside any sandbox (another job on a shared GPU), ready when it returns:
+    idle with a context, or computing without pause."""
     import subprocess
     import sys
 
-    child = ("import sys, time, torch\nx = torch.ones(1, device='cuda')\ntorch.cuda.synchronize()\n"
-             "print('ready', flush=True)\ntime.sleep(600)\n")
+    work = "while True:\n    y = x @ x\n    torch.cuda.synchronize()\n" if busy else "time.sleep(600)\n"
+    child = ("import sys, time, torch\nx = torch.randn(2048, 2048, device='cuda')\n"
+             "torch.cuda.synchronize()\nprint('ready', flush=True)\n" + work)
     other = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    assert other.stdout is not None and other.stdout.readline().strip() == "ready"
+    return other
+
+
+def test_another_jobs_idle_context_on_the_gpu_leaves_a_pass_with_a_warning() -> None:
+    """NVML inside the sandbox lists only its own pid namespace (on an H200 the judge's count
+    saw nothing of a process outside); the host's NVML watch sees it: the pass stands
+    (correctness does not depend on it), with a warning naming the other process."""
+    other = _other_job(busy=False)
     try:
-        assert other.stdout is not None and other.stdout.readline().strip() == "ready"
         r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
                                  candidate=ROOT / "examples/vector_add/candidates/good.py",
                                  backend="bwrap", device="cuda"))
     finally:
         other.kill()
         other.wait()
-    assert not r.ok and r.errors, r
-    assert (r.errors[0].code, r.errors[0].origin) == ("foreign_gpu_process", "infrastructure"), r.errors
+    assert r.ok, r.errors
+    assert any(f"pid {other.pid}" in w for w in r.warnings), r.warnings
+
+
+def test_an_acceptance_beside_another_jobs_kernels_is_never_the_candidates_verdict() -> None:
+    """Another job computes without pause on the GPU during a paired acceptance of a kernel
+    against itself: whatever the timing saw, nothing is blamed on either side and nothing is
+    accepted; the run is ``foreign_gpu_process``, infrastructure (retried)."""
+    other = _other_job(busy=True)
+    try:
+        r = evaluate(EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
+                                 candidate=ROOT / "examples/vector_add/candidates/good.py",
+                                 current=ROOT / "examples/vector_add/candidates/good.py",
+                                 backend="bwrap", device="cuda"))
+    finally:
+        other.kill()
+        other.wait()
+    assert not [e for e in r.errors if e.origin == "candidate"], r.errors
+    assert r.acceptance is None or not r.acceptance.accepted
+    assert any(e.code == "foreign_gpu_process" and e.origin == "infrastructure" for e in r.errors), r.errors
     assert r.infrastructure_failed()
 
 

@@ -1,0 +1,104 @@
+"""The host's NVML view of a sandbox's GPUs while it runs (``nvidia-ml-py``, where installed).
+
+It sees what no process inside the sandbox can: NVML inside a pid namespace lists only that
+namespace's processes, so a judge never sees another job on its GPU (an H200, 2026-12-01: a
+CUDA process outside the sandbox held a context beside an evaluation, and the judge's count
+saw nothing).
+
+* **GPU memory limit**: the device memory NVML reports for the processes of the sandbox's
+  tree, summed; past the limit the tree is killed (``gpu_memory_limit``). The harness also
+  caps each runner's allocator; this catches memory taken around torch's allocator.
+* **A shared device**: a compute process on one of the sandbox's GPUs that is alive and not
+  in the sandbox's tree (its ancestry does not reach the sandbox's root) is another job's.
+  Its kernels time-slice with the candidate's, so the host does not let a timing verdict
+  stand on such a run (:mod:`grader.report.shared_device`).
+
+Without the package, a driver, or a GPU id NVML can resolve, :attr:`GpuWatch.available` is
+False: the memory limit rests on the allocator cap, and sharing goes unseen (the report's
+enforcement says so).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+from grader.limits import LimitName
+
+MAX_FOREIGN = 8  # processes named in the report; the count is kept in full
+
+
+def _handle(nvml: Any, gpu_id: str) -> Any:
+    if gpu_id.isdigit():
+        return nvml.nvmlDeviceGetHandleByIndex(int(gpu_id))
+    return nvml.nvmlDeviceGetHandleByUUID(gpu_id)
+
+
+class GpuWatch(threading.Thread):
+    def __init__(self, root_pid: int, gpu_ids: tuple[str, ...], limit_bytes: int | None,
+                 kill: Callable[[], None], interval: float = 0.2) -> None:
+        super().__init__(daemon=True, name=f"kgrader-gpu-watch-{root_pid}")
+        self.root_pid, self.limit, self.kill, self.interval = root_pid, limit_bytes, kill, interval
+        self.fired: LimitName | None = None
+        self.available = False
+        self.foreign: dict[int, str] = {}  # pid -> "pid N (name)" of another job's process
+        self._stop_event = threading.Event()
+        self._handles: list[Any] = []
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._handles = [_handle(pynvml, g) for g in (gpu_ids or ("0",))]
+            self.available = True
+        except Exception:  # no package, no driver, an id NVML cannot resolve (MIG)
+            self._handles = []
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def shared_by(self) -> tuple[str, ...]:
+        return tuple(sorted(self.foreign.values()))[:MAX_FOREIGN]
+
+    def _in_tree(self, pid: int) -> bool | None:
+        """Whether ``pid`` descends from the sandbox's root; None when it is gone (then
+        nothing proves it was not the sandbox's)."""
+        try:
+            return any(p.pid == self.root_pid for p in psutil.Process(pid).parents())
+        except psutil.Error:
+            return None
+
+    def run(self) -> None:
+        while self.available and not self._stop_event.wait(self.interval):
+            try:
+                root = psutil.Process(self.root_pid)
+                tree = {root.pid, *(p.pid for p in root.children(recursive=True))}
+            except psutil.Error:
+                return
+            used = 0
+            for h in self._handles:
+                try:
+                    procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(h)
+                except Exception:
+                    continue
+                for p in procs:
+                    if p.pid in tree:
+                        used += int(p.usedGpuMemory or 0)
+                    elif p.pid not in self.foreign and p.pid != os.getpid() \
+                            and self._in_tree(p.pid) is False:
+                        self.foreign[p.pid] = f"pid {p.pid} ({_name(p.pid)})"
+            if self.limit is not None and used > self.limit:
+                self.fired = "gpu_memory_limit"
+                self.kill()
+                return
+
+
+def _name(pid: int) -> str:
+    try:
+        return str(psutil.Process(pid).name())
+    except psutil.Error:
+        return "?"
