@@ -28,10 +28,12 @@ import psutil
 
 from grader.backends.owner import start_ticks
 
-# After a SIGKILL of the judge from outside the sandbox (or of the docker daemon under it),
-# an honest kernel is owed an infrastructure verdict; ``judge_died`` blames the candidate.
-INFRA_AFTER_KILL = frozenset({"judge_killed", "sandbox_unavailable"})
-BLAMED_AFTER_KILL = "judge_died"
+# After a SIGKILL of the judge or a runner from outside the sandbox (or of the docker daemon
+# under it), an honest kernel is owed an infrastructure verdict; ``judge_died`` and the
+# runner's ``signal`` blame the candidate.
+INFRA_AFTER_KILL = frozenset({"judge_killed", "sandbox_unavailable", "runner_killed",
+                              "current_runner_killed", "runner_setup_failed"})
+BLAMED_AFTER_KILL = frozenset({"judge_died", "signal", "current_signal"})
 
 
 def descendants(parents: Mapping[int, int], root: int) -> list[int]:
@@ -63,10 +65,10 @@ def expected(row: Mapping[str, Any], expect: set[str]) -> str:
     if row.get("ok") is True:
         return "pass" if honest else "cheat_passed"
     code, origin = row.get("code"), row.get("origin")
-    outside_kill = (fault in ("kill_judge", "dockerd_restart") and fired) \
+    outside_kill = (fault in ("kill_judge", "kill_runner", "dockerd_restart") and fired) \
         or bool(row.get("dockerd_overlap"))
     if outside_kill:
-        if code == BLAMED_AFTER_KILL or (honest and origin == "candidate"):
+        if code in BLAMED_AFTER_KILL or (honest and origin == "candidate"):
             return "wrong_blame"
         if code in INFRA_AFTER_KILL:
             return "infra"

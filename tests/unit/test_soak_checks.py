@@ -110,5 +110,7 @@ def test_other_outcomes_keep_their_names() -> None:
     assert sc.expected(stopped, {"output_untouched"}) == "stopped_other_code"
     assert sc.expected(_row(ok=False, code="signal", origin="candidate"), set()) == "honest_blamed"
     runner = _row(fault="kill_runner", fired=True, ok=False, code="signal", origin="candidate")
-    assert sc.expected(runner, set()) == "honest_blamed"  # a runner's death looks like its own
+    assert sc.expected(runner, set()) == "wrong_blame"  # its seccomp filter: it cannot SIGKILL itself
+    killed = _row(fault="kill_runner", fired=True, ok=False, code="runner_killed", origin="infrastructure")
+    assert sc.expected(killed, set()) == "infra"
     assert sc.expected(_row(ok=None), set()) == "infra"
