@@ -26,6 +26,8 @@ from sandbox.judge.evaluation import Evaluation
 from sandbox.judge.sides import Side, paired_buffers
 from sandbox.launcher.identity import runner_ids_left
 
+NEXT_MARGIN = 1.5  # times the mean decision so far that must be left for the next one
+
 
 def _sig(x: float) -> float:
     return float(f"{x:.6g}")
@@ -41,9 +43,14 @@ def run_calibration(ev: Evaluation) -> None:
         decisions: list[dict[str, Any]] = []
         out[sc["name"]] = {"decisions": decisions, "seconds": 0.0}
         sides: tuple[Side, Side] | None = None
-        for _ in range(int(sc.get("decisions", ev.req.calibrate.decisions))):
-            if ev.left(ev.run_deadline) < float(sc.get("reserve_s", 30)) or \
-                    time.monotonic() - t0 > float(sc.get("budget_s", 1e9)):
+        for n in range(int(sc.get("decisions", ev.req.calibrate.decisions))):
+            # The next decision must fit, at the mean so far (fresh runners: their imports
+            # too) with NEXT_MARGIN: a loaded host makes fewer decisions, never a timeout.
+            need = NEXT_MARGIN * (time.monotonic() - t0) / n if n else 0.0
+            if ev.left(ev.run_deadline) < float(sc.get("reserve_s", 30)) + need or \
+                    time.monotonic() - t0 + need > float(sc.get("budget_s", 1e9)):
+                if n:
+                    out[sc["name"]]["stopped"] = "the run's time is used up"
                 break
             if sides is not None and fresh:
                 for side in sides:

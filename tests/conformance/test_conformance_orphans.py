@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from grader.backends.cleanup import read_marker
@@ -68,6 +69,23 @@ def _cgroups_of(pid: int) -> list[Path]:
             *root.glob(f"kgrader/*@{pid}@*")]
 
 
+def _other_kgrader_commands() -> bool:
+    """Whether kgrader commands other than this test's run on the host (each sweeps at start)."""
+    me = os.getpid()
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "grader.cli" in cmd and p.info["pid"] != me and me not in {q.pid for q in _parents(p)}:
+            return True
+    return False
+
+
+def _parents(p: psutil.Process) -> list[psutil.Process]:
+    try:
+        return list(p.parents())
+    except psutil.Error:
+        return []
+
+
 def _cleanup(tmpdir: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
@@ -96,13 +114,17 @@ def test_sigkilled_runs_leftovers_are_reclaimed_and_a_live_run_is_untouched(host
         victim.wait(timeout=30)
         time.sleep(1.0)
 
-        # What SIGKILL leaves behind.
+        # What SIGKILL leaves behind. Containers and cgroups are host-wide: on a host where
+        # other kgrader commands start meanwhile (a loaded CI machine), their start-up sweep
+        # may reclaim them before this test's cleanup does; the folder is in this test's own
+        # TMPDIR, which only this test sweeps.
         assert victim_dir.is_dir() and (victim_dir / "in" / "candidate.py").exists()
-        if host.backend == "docker":
-            left = _containers_of(victim.pid)
-            assert left, "the killed run's container vanished by itself"
-        else:
-            assert _cgroups_of(victim.pid), "the killed run's cgroup vanished by itself"
+        left = _containers_of(victim.pid) if host.backend == "docker" else []
+        if not _other_kgrader_commands():
+            if host.backend == "docker":
+                assert left, "the killed run's container vanished by itself"
+            else:
+                assert _cgroups_of(victim.pid), "the killed run's cgroup vanished by itself"
 
         report = _cleanup(tmpdir)
         assert str(victim_dir) in report["folders_removed"], report
@@ -110,8 +132,10 @@ def test_sigkilled_runs_leftovers_are_reclaimed_and_a_live_run_is_untouched(host
         assert live_dir.is_dir() and any(str(live_dir) in k for k in report["folders_kept"])
         assert live.poll() is None, "cleanup disturbed the live run"
         if host.backend == "docker":
-            assert set(left) <= set(report["containers_removed"]), report
-            assert _containers_of(victim.pid) == []
+            still = set(_containers_of(victim.pid))
+            assert not still, report
+            if not _other_kgrader_commands():
+                assert set(left) <= set(report["containers_removed"]), report
             assert _containers_of(live.pid), "cleanup removed the live run's container"
         else:
             assert _cgroups_of(victim.pid) == [], report

@@ -258,8 +258,10 @@ def test_leaderboard_state_is_locked_and_sigterm_stops_every_worker(tmp_path: Pa
                       for d in _started(tmpdir, first.pid)), first, timeout=400)
         time.sleep(10)  # both have imported torch and sleep: the 2 cores are free again
         t0 = time.monotonic()
-        second = _kgrader(args, tmpdir, timeout=60)
-        assert time.monotonic() - t0 < 5 and second.returncode == 2, second.stderr[-2000:]
+        second = _kgrader(args, tmpdir, timeout=120)
+        # refused before it grades anything (grading this board takes over ten minutes); the
+        # bound only allows for a CLI start on a loaded 2-core host
+        assert time.monotonic() - t0 < 60 and second.returncode == 2, second.stderr[-2000:]
         assert f"is in use by another `kgrader leaderboard run` (pid {first.pid})" in second.stderr
         tree = _tree(first.pid)
         first.send_signal(signal.SIGTERM)
