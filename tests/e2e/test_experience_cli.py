@@ -18,7 +18,7 @@ import pytest
 
 from grader.experience.hooks import host_cpu_model
 
-from .conftest import kgrader
+from .conftest import AGENT_TRIES, agent_retries, kgrader
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "softmax"
@@ -163,11 +163,11 @@ def test_agent_tool_searches_without_revealing_hidden_shapes(graded: Graded) -> 
     ws = graded.root / "ws"
     ok_json("workspace", "init", ws, "--task", SOFTMAX, "--backend", "bwrap", "--device", "cpu",
             env=graded.env)
-    for _ in range(3):  # a flagged timing on a busy host is stored as a failed benchmark
+    for _ in range(AGENT_TRIES):  # what a busy host makes is retried, as an agent would
         p = kgrader("bench", "--workspace", ws, CANDS / "good.py", env=graded.env)
         if p.returncode == 0:
             break
-        assert [e["code"] for e in json.loads(p.stdout)["errors"]] == ["work_escaped_timing"], p.stdout
+        assert agent_retries(json.loads(p.stdout)["errors"]), p.stdout
     assert p.returncode == 0, p.stderr  # a tool evaluation reaches the store too
     schema = {t["function"]["name"]: t for t in
               ok_json("tools", "schema", env=graded.env)}["search_experience"]

@@ -32,7 +32,7 @@ import pytest
 from grader.agent import tools
 from grader.errors import SandboxUnavailableError
 
-from .conftest import agent_retries
+from .conftest import AGENT_TRIES, agent_retries
 
 pytestmark = pytest.mark.bwrap
 
@@ -152,7 +152,7 @@ def test_a_scripted_model_writes_its_kernel_from_the_description_and_reads_its_s
 
             async def timed(name: str) -> dict[str, Any]:
                 res: dict[str, Any] = {}
-                for _ in range(3):  # an agent retries what the host's load made
+                for _ in range(AGENT_TRIES):  # an agent retries what the host's load made
                     res = await call(name, {"source": source})
                     if not agent_retries(res["errors"]):
                         break
