@@ -10,6 +10,7 @@ import os
 import shutil
 import sqlite3
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,11 +164,12 @@ def test_agent_tool_searches_without_revealing_hidden_shapes(graded: Graded) -> 
     ws = graded.root / "ws"
     ok_json("workspace", "init", ws, "--task", SOFTMAX, "--backend", "bwrap", "--device", "cpu",
             env=graded.env)
-    for _ in range(AGENT_TRIES):  # what a busy host makes is retried, as an agent would
+    for n in range(AGENT_TRIES):  # what a busy host makes is retried, as an agent would
         p = kgrader("bench", "--workspace", ws, CANDS / "good.py", env=graded.env)
         if p.returncode == 0:
             break
         assert agent_retries(json.loads(p.stdout)["errors"]), p.stdout
+        time.sleep(15 * (n + 1))  # and waits a little longer each time for the load to pass
     assert p.returncode == 0, p.stderr  # a tool evaluation reaches the store too
     schema = {t["function"]["name"]: t for t in
               ok_json("tools", "schema", env=graded.env)}["search_experience"]
