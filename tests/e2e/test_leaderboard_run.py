@@ -65,6 +65,17 @@ def kgrader(*args: str, env: dict[str, str] | None = None,
     return p
 
 
+def recorded(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``kgrader leaderboard ARGS`` run again, as an operator does, while it ends saying an
+    infrastructure fault (a CPU too busy to time the tiny kernel) is retried next run."""
+    for _ in range(4):
+        p = kgrader(*args, env=env, check=False)
+        if p.returncode != 2 or "will be retried next run" not in p.stderr:
+            break
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
 def verdicts(state: Path) -> dict[tuple[str, str, str], tuple[str, str | None, str | None]]:
     with State.open(state, create=False) as st:
         return {(r.submission, r.task, r.round): (r.verdict, r.stage if r.verdict != "ok" else None,
@@ -87,9 +98,9 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def local_state(inputs: dict[str, Path]) -> Path:
     state = inputs["root"] / "local.sqlite"
-    p = kgrader("run", "--tasks", str(inputs["task"]), str(inputs["bad_task"]),
-                "--submissions", str(inputs["subs"]), "--state", str(state),
-                "--workers", "2", "--device", "cpu", "--backend", "bwrap", "--top-k", "1")
+    p = recorded("run", "--tasks", str(inputs["task"]), str(inputs["bad_task"]),
+                 "--submissions", str(inputs["subs"]), "--state", str(state),
+                 "--workers", "2", "--device", "cpu", "--backend", "bwrap", "--top-k", "1")
     assert "task bad_ref skipped: its own reference fails" in p.stderr
     return state
 
@@ -186,10 +197,10 @@ def test_ray_engine_gives_the_same_verdicts_as_local(inputs: dict[str, Path], lo
     assert start.returncode == 0, start.stderr[-2000:]
     try:
         state = tmp_path / "ray.sqlite"
-        kgrader("run", "--tasks", str(inputs["task"]), str(inputs["bad_task"]),
-                "--submissions", str(inputs["subs"]), "--state", str(state), "--engine", "ray",
-                "--ray-address", f"127.0.0.1:{port}", "--device", "cpu", "--backend", "bwrap",
-                "--top-k", "1", env=env)
+        recorded("run", "--tasks", str(inputs["task"]), str(inputs["bad_task"]),
+                 "--submissions", str(inputs["subs"]), "--state", str(state), "--engine", "ray",
+                 "--ray-address", f"127.0.0.1:{port}", "--device", "cpu", "--backend", "bwrap",
+                 "--top-k", "1", env=env)
         assert verdicts(state) == verdicts(local_state)
         with State.open(state, create=False) as st:
             assert {r.engine for r in st.evaluations()} == {"ray"}
