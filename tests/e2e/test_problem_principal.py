@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ._backends import backend_or_skip
-from .conftest import kgrader
+from .conftest import AGENT_TRIES, agent_retries, kgrader
 
 ROOT = Path(__file__).resolve().parents[2]
 ATTACKS = ROOT / "tests" / "attacks" / "problems"
@@ -71,12 +71,18 @@ def test_the_honest_reference_behind_the_attacks_still_grades_an_honest_submissi
     good = tmp_path / "relu.py"
     good.write_text("import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
                     "    def forward(self, x):\n        return torch.relu(x)\n")
-    _, r, _ = grade(import_attack("read_judge_secret", tmp_path, backend), good, backend)
-    # Correctness is what the problem decides; a timing check that fires on a loaded
-    # 2-core machine is not this test's subject.
+    task = import_attack("read_judge_secret", tmp_path, backend)
+    # Correctness is what the problem decides. The timing of a ~5 us relu on the CPU sits
+    # inside the judge's round-trip noise (0.3-5 ms on an idle 2-core VM), so the benchmark
+    # may say timing_unreliable (infrastructure, retried): the test retries as a caller
+    # does, and the honest submission must pass in the end.
+    for _ in range(AGENT_TRIES):
+        rc, r, _ = grade(task, good, backend)
+        if not agent_retries(r["errors"]) or rc == 0:
+            break
     assert r["correctness"]["checks"] > 0, r
-    assert not [e for e in r["errors"] if e["stage"] in ("sandbox", "compile", "correctness")
-                or e["origin"] == "infrastructure"], r["errors"]
+    assert not [e for e in r["errors"] if e["origin"] != "infrastructure"], r["errors"]
+    assert rc == 0 and r["ok"] is True, r["errors"]
 
 
 @pytest.mark.bwrap
