@@ -357,10 +357,25 @@ def test_sigterm_of_a_ray_leaderboard_run_stops_the_workers_sandboxes(tmp_path: 
         deadline = time.monotonic() + 60
         while left() and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert left() == []
+        leftover = {name: sorted(str(p.relative_to(tmpdir)) for p in (tmpdir / name).rglob("*"))[:20]
+                    for name in left()}
+        assert not leftover, (leftover, err[-3000:], _ray_worker_logs(tmpdir))
     finally:
         subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, env=env)
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _ray_worker_logs(tmpdir: Path) -> str:
+    """The tail of every Ray worker's log in the session under ``tmpdir`` (what a cancelled
+    task printed on its way out), for a failure's message."""
+    out = []
+    logs = [*tmpdir.glob("ray/session_*/logs/worker-*"),
+            *Path("/tmp/ray/session_latest/logs").glob("worker-*")]
+    for log in sorted(logs):
+        text = _read(log)
+        if text.strip():
+            out.append(f"== {log.name}\n{text[-1500:]}")
+    return "\n".join(out)[-6000:]
 
 
 def _read(path: Path) -> str:
