@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Set at import, before any test module (or subprocess it starts) reads it. Tests that
 # exercise the store pass their own path or set the variable themselves.
-os.environ.setdefault("KGRADER_EXPERIENCE",
-                      os.path.join(tempfile.mkdtemp(prefix="kgrader-test-store-"),
-                                   "experience.sqlite"))
+if "KGRADER_EXPERIENCE" not in os.environ:
+    _store = tempfile.mkdtemp(prefix="kgrader-test-store-")
+    os.environ["KGRADER_EXPERIENCE"] = os.path.join(_store, "experience.sqlite")
+    # The suite's own store goes with the session (every run used to leave one in /tmp).
+    atexit.register(shutil.rmtree, _store, ignore_errors=True)
