@@ -210,6 +210,10 @@ def main() -> int:
                          "started, torch imported) at the device's measurement gate while one "
                          "measures; 0: the same, one at a time (bench/calibration_ahead.py). "
                          "bwrap only gains from it: docker starts a container after its grant")
+    ap.add_argument("--decisions-per-sandbox", type=int, default=1, metavar="D",
+                    help="with --prepare-ahead: D decisions per sandbox, each with a fresh "
+                         "runner pair whose torch imports start with the sandbox (at most 16: "
+                         "a sandbox's runner uids); a decision then skips a sandbox's start")
     ap.add_argument("--parts", default="decisions,cheats,overhead,vector_add")
     ap.add_argument("--workloads", default="4us,10us,100us,1ms")
     ap.add_argument("--out", type=Path, required=True)
@@ -225,6 +229,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.prepare_ahead is not None and a.prepare_ahead < 0:
         ap.error("--prepare-ahead must be 0 or more")
+    if not 1 <= a.decisions_per_sandbox <= 16 or (a.decisions_per_sandbox > 1 and a.prepare_ahead is None):
+        ap.error("--decisions-per-sandbox must be 1-16, and more than 1 only with --prepare-ahead")
     PAIR_OFFSET_US[0] = a.pair_offset_us
     sizes = {"4us": 1 << 20, "10us": 1 << 22, "100us": 1 << 25, "1ms": 1 << 29}
     if a.quick:
@@ -305,11 +311,13 @@ def main() -> int:
 
                 assert be is not None
                 ahead = AheadRun(sc, files, spec, ref, device=a.device, backend=be, ahead=a.prepare_ahead,
-                                 budget_s=budgets[wname], gate=gate, origin=origin, progress=progress).run()
+                                 budget_s=budgets[wname], gate=gate, origin=origin,
+                                 per_sandbox=a.decisions_per_sandbox, progress=progress).run()
                 cal, errors, sandboxes = ahead.cal, ahead.errors, ahead.sandboxes
                 w["gate_intervals"], w["refused_sandboxes"] = ahead.intervals, ahead.refused
             w["decision_wall_s"] = round(time.monotonic() - t0, 1)
             w["sandboxes"], w["prepare_ahead"] = sandboxes, a.prepare_ahead
+            w["decisions_per_sandbox"] = a.decisions_per_sandbox
             w["fresh_runners"] = a.fresh_runners or a.prepare_ahead is not None
             w.pop("errors", None)
             if errors:

@@ -1,7 +1,10 @@
 """Acceptance decisions with sandboxes prepared ahead: ``bench/calibration.py --prepare-ahead K``.
 
 Each decision runs in a calibrate-mode sandbox of its own (so its runners are fresh by
-construction) that holds the device's :class:`grader.backends.gate.MeasureGate` for its whole
+construction), or ``--decisions-per-sandbox D`` of them, each with a fresh pair of runners
+whose torch imports the judge started with the sandbox (:func:`sandbox.judge.prestart.
+calibrate_pairs`): a decision then costs its runners' CUDA contexts, compile, warm-up and
+pairs, not a sandbox's and a judge's start. The sandbox holds the device's :class:`grader.backends.gate.MeasureGate` for its whole
 measurement, exactly as the leaderboard's ``--prepare-ahead`` does: every sandbox is staged
 ``gated`` and launched through :func:`grader.judgecall.launch`; its judge reads its request,
 starts its problem process and imports torch (CPU work; in calibrate mode the judge starts
@@ -117,16 +120,17 @@ class AheadRun:
 
     def __init__(self, scenarios: list[dict[str, Any]], files: dict[str, str], spec: Any, ref: str,
                  *, device: str, backend: SandboxBackend, ahead: int, budget_s: float,
-                 gate: MeasureGate, origin: float, run_s: float = RUN_S,
+                 gate: MeasureGate, origin: float, run_s: float = RUN_S, per_sandbox: int = 1,
                  progress: Callable[[Result], None] | None = None) -> None:
         self.sc, self.files, self.spec, self.ref = scenarios, files, spec, ref
         self.device, self.backend, self.ahead, self.gate = device, backend, ahead, gate
         self.origin, self.run_s, self.progress = origin, run_s, progress
+        self.per_sandbox = max(1, per_sandbox)
         self.deadline = time.monotonic() + budget_s
         self.lock = threading.Lock()
         self.res = Result({s["name"]: {"decisions": [], "seconds": 0.0} for s in scenarios},
                           [], 0, [], 0)
-        self.in_flight = {s["name"]: 0 for s in scenarios}
+        self.in_flight = {s["name"]: 0 for s in scenarios}  # decisions asked of live sandboxes
         self.failures_in_row = 0
 
     def run(self) -> Result:
@@ -170,11 +174,13 @@ class AheadRun:
                 s = self._next()
                 if s is None:
                     return
-                self.in_flight[s["name"]] += 1
+                want = min(self.per_sandbox, int(s["decisions"]) - self.in_flight[s["name"]]
+                           - len(self.res.cal[s["name"]]["decisions"]))
+                self.in_flight[s["name"]] += want
                 self.res.sandboxes += 1
                 idx = self.res.sandboxes
             try:
-                self._one(s, idx)
+                self._one(s, idx, want)
             except Exception as e:  # staging failed, or this script's bug: recorded, never lost
                 with self.lock:
                     self.res.errors.append({"code": "bench_error", "sandbox": idx, "scenario": s["name"],
@@ -182,16 +188,16 @@ class AheadRun:
                     self.failures_in_row += 1
             finally:
                 with self.lock:
-                    self.in_flight[s["name"]] -= 1
+                    self.in_flight[s["name"]] -= want
 
-    # ---- one sandbox, one decision -----------------------------------------------------
-    def _one(self, s: dict[str, Any], idx: int) -> None:
+    # ---- one sandbox, ``want`` decisions, each with a fresh runner pair ------------------
+    def _one(self, s: dict[str, Any], idx: int, want: int) -> None:
         name = s["name"]
         scen = {k: v for k, v in s.items() if k not in ("budget_s", "weight")}
-        scen.update(decisions=1, fresh_runners=True, budget_s=self.run_s)
+        scen.update(decisions=want, fresh_runners=True, budget_s=self.run_s)
         req = mode_request("calibrate", self.device, task=self.spec.to_wire(), reference=self.ref,
                            candidate=s["candidate"],
-                           calibrate=wire.CalibrateWire(scenarios=(scen,), decisions=1,
+                           calibrate=wire.CalibrateWire(scenarios=(scen,), decisions=want,
                                                         pairs=int(s["pairs"])))
         lim = Limits(compile_s=120, run_s=self.run_s, memory_mib=65536)
         started = time.monotonic()

@@ -29,6 +29,7 @@ import os
 import time
 
 from sandbox.contract.wire import JudgeRequest
+from sandbox.launcher.identity import RUNNER_IDS
 from sandbox.launcher.proc import RunnerFailure, RunnerHandle
 from sandbox.problem import handle as problem_handle
 
@@ -36,6 +37,10 @@ MIN_CPUS_AHEAD = 4
 # Five runners and the judge, each with torch imported (~0.4-0.6 GB), must fit in the
 # sandbox's memory limit with room for the evaluation itself.
 MIN_MEMORY_MIB_AHEAD = 4096
+# A calibrate sandbox's pairs started ahead: each runner with torch imported and no CUDA
+# context yet, and the judge with the problem process beside them.
+RUNNER_MIB_AHEAD = 768
+JUDGE_MIB_AHEAD = 4096
 
 # The judge's modules a warm sandbox imports before its gate (sandbox.judge.run imports
 # them when an evaluation starts).
@@ -74,13 +79,14 @@ def start(req: JudgeRequest) -> None:
         problem_handle.start_ahead("cuda" if req.device == "cuda" else "cpu",
                                    req.limits.compile_s, req.limits.run_s)
     if req.mode == "calibrate" and req.task is not None and req.calibrate is not None:
-        # One pair per scenario, for its first decision: a calibrate sandbox prepared ahead
-        # of its gate (bench/calibration.py --prepare-ahead) has its runners' imports done
-        # before it touches the device. Same rule as an evaluation: no CUDA context yet.
+        # A calibrate sandbox prepared ahead of its gate (bench/calibration.py
+        # --prepare-ahead) has its runners' imports done before it touches the device. Same
+        # rule as an evaluation: no CUDA context yet.
         _device, _entry = ("cuda" if req.device == "cuda" else "cpu"), req.task.entrypoint
-        for sc in req.calibrate.scenarios:
-            for path in (sc["candidate"], sc["current"]):
-                _spawn(path)
+        for sc, pairs in zip(req.calibrate.scenarios, calibrate_pairs(req), strict=True):
+            for _ in range(pairs):
+                for path in (sc["candidate"], sc["current"]):
+                    _spawn(path)
         return
     if req.mode != "evaluate" or req.task is None or req.sanitize is not None:
         return
@@ -94,6 +100,32 @@ def start(req: JudgeRequest) -> None:
             # candidate: compile..benchmark, paired timing, replicate; current: the last two
             for _ in range((3 if path == req.candidate else 2) if ahead else 1):
                 _spawn(path)
+
+
+def calibrate_pairs(req: JudgeRequest) -> list[int]:
+    """Runner pairs to start ahead for each scenario of a calibrate request: one for its
+    first decision; with ``fresh_runners`` one for every decision it asks for, where the
+    sandbox has the CPUs, the memory (:data:`RUNNER_MIB_AHEAD` a runner) and the runner uids
+    for them, so that no decision after the first waits for a torch import either, and none
+    runs beside a measurement."""
+    assert req.calibrate is not None
+    memory = req.limits.memory_mib
+    room = len(RUNNER_IDS) // 2  # pairs: each runner takes a uid of its own
+    if memory is not None:
+        room = min(room, max(memory - JUDGE_MIB_AHEAD, 0) // (2 * RUNNER_MIB_AHEAD))
+    many = req.device == "cuda" and usable_cpus() >= MIN_CPUS_AHEAD
+    out: list[int] = []
+    for sc in req.calibrate.scenarios:
+        want = int(sc.get("decisions", req.calibrate.decisions)) if sc.get("fresh_runners") else 1
+        n = max(1, min(want, room)) if many else 1
+        room = max(room - n, 0)
+        out.append(n)
+    return out
+
+
+def ready_count(path: str) -> int:
+    """How many runners started ahead for ``path`` are still waiting to be taken."""
+    return len(_ready.get(path) or [])
 
 
 def take(path: str) -> RunnerHandle | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sandbox.judge import prestart
 from sandbox.judge.acceptance import measure_pairs
 from sandbox.judge.benchmark import warm_up
 from sandbox.judge.evaluation import Evaluation
@@ -57,7 +58,8 @@ def run_calibration(ev: Evaluation) -> None:
                     ev.close_side(side)
                 sides = None
             if sides is None:
-                if fresh and runner_ids_left() < 2:
+                if fresh and runner_ids_left() < 2 and not all(
+                        prestart.ready_count(sc[k]) for k in ("candidate", "current")):
                     out[sc["name"]]["stopped"] = "runner uids of this sandbox used up"
                     break
                 sides = _open(ev, sc)

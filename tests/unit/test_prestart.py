@@ -101,3 +101,45 @@ def test_usable_cpus_is_positive_and_at_most_the_affinity() -> None:
     import os
 
     assert 0 < prestart.usable_cpus() <= len(os.sched_getaffinity(0))
+
+
+def _calibrate(device: str, memory: int | None, *scenarios: dict[str, Any]) -> wire.JudgeRequest:
+    req = _request(device, None)
+    return dataclasses.replace(req, mode="calibrate", current=None,
+                               limits=dataclasses.replace(req.limits, memory_mib=memory),
+                               calibrate=wire.CalibrateWire(scenarios=scenarios, decisions=1,
+                                                            pairs=30))
+
+
+def _scenario(name: str, decisions: int, fresh: bool = True) -> dict[str, Any]:
+    return {"name": name, "candidate": f"/kg/in/{name}_b.py", "current": f"/kg/in/{name}_a.py",
+            "decisions": decisions, "fresh_runners": fresh}
+
+
+def test_a_calibrate_sandbox_of_fresh_pairs_starts_a_pair_for_every_decision_at_the_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prestart, "usable_cpus", lambda: 16.0)
+    prestart.start(_calibrate("cuda", 65536, _scenario("aa", 6)))
+    assert sorted(_Handle.started) == sorted(["/kg/in/aa_a.py", "/kg/in/aa_b.py"] * 6)
+    for left in range(5, -1, -1):
+        assert prestart.take("/kg/in/aa_a.py") is not None
+        assert prestart.take("/kg/in/aa_b.py") is not None
+        assert prestart.ready_count("/kg/in/aa_a.py") == left
+    assert len(_Handle.started) == 12  # nothing started after the judge's start
+
+
+def test_calibrate_pairs_ahead_are_bounded_by_runner_uids_memory_and_cpus(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prestart, "usable_cpus", lambda: 16.0)
+    # 32 runner uids: 16 pairs in all, shared by the scenarios in order
+    assert prestart.calibrate_pairs(_calibrate("cuda", None, _scenario("a", 12),
+                                               _scenario("b", 12))) == [12, 4]
+    # memory: the judge's share, then 2 x RUNNER_MIB_AHEAD a pair; never less than one pair
+    mib = prestart.JUDGE_MIB_AHEAD + 3 * 2 * prestart.RUNNER_MIB_AHEAD
+    assert prestart.calibrate_pairs(_calibrate("cuda", mib, _scenario("a", 8))) == [3]
+    assert prestart.calibrate_pairs(_calibrate("cuda", 1024, _scenario("a", 8))) == [1]
+    # shared runners, the CPU, or too few CPUs: one pair, as before
+    assert prestart.calibrate_pairs(_calibrate("cuda", None, _scenario("a", 8, fresh=False))) == [1]
+    assert prestart.calibrate_pairs(_calibrate("cpu", None, _scenario("a", 8))) == [1]
+    monkeypatch.setattr(prestart, "usable_cpus", lambda: 2.0)
+    assert prestart.calibrate_pairs(_calibrate("cuda", None, _scenario("a", 8))) == [1]
