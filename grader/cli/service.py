@@ -46,8 +46,11 @@ def register(cli: click.Group) -> None:
                    "GPU of the cluster, or half its CPUs).")
 @click.option("--max-source-bytes", type=int, default=256 * 1024, show_default=True,
               help="A candidate larger than this is refused (413).")
-@click.option("--max-attempts", type=int, default=2, show_default=True,
+@click.option("--max-attempts", type=int, default=4, show_default=True,
               help="Claims of a job whose sandbox failed before it is marked failed.")
+@click.option("--retry-backoff", "retry_backoff", type=float, default=10.0, show_default=True,
+              help="Seconds before a job that failed on the infrastructure is claimed again; "
+                   "doubled per retry, at most 300.")
 @click.option("--read-per-min", type=float, default=600.0, show_default=True,
               help="Requests per minute per token (reads and submissions).")
 @click.option("--board-refresh", type=int, default=5, show_default=True,
@@ -66,7 +69,7 @@ def register(cli: click.Group) -> None:
 @kgrader_errors
 def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str, port: int,
           backend: str, device: str, workers: int | None, max_source_bytes: int,
-          max_attempts: int, read_per_min: float, board_refresh: int,
+          max_attempts: int, retry_backoff: float, read_per_min: float, board_refresh: int,
           seed_secret: Path | None, warm: int, db: str | None, ray_address: str | None) -> None:
     """Serve the grading API and the live board (until SIGINT/SIGTERM)."""
     ctx.obj = (data_dir, db)
@@ -79,7 +82,8 @@ def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str,
 
     cfg = ServiceConfig(tasks_dir=tasks_dir, data_dir=data_dir, backend=backend, device=device,
                         workers=workers, max_source_bytes=max_source_bytes,
-                        max_attempts=max_attempts, read_per_min=read_per_min,
+                        max_attempts=max_attempts, retry_backoff_s=retry_backoff,
+                        read_per_min=read_per_min,
                         board_refresh_s=board_refresh, seed_secret=seed_secret, db=db,
                         warm=warm, ray_address=ray_address)
     click.echo(f"kgrader serve: http://{host}:{port}/ (board at /board/)", err=True)

@@ -32,7 +32,8 @@ class ServiceConfig:
     device: str = "auto"
     workers: int | None = None
     max_source_bytes: int = 256 * 1024
-    max_attempts: int = 2
+    max_attempts: int = 4
+    retry_backoff_s: float = 10.0  # the first retry's wait; doubled per retry (worker.retry_delay)
     read_per_min: float = 600.0
     board_refresh_s: int = 5
     seed_secret: Path | None = None
@@ -49,6 +50,8 @@ class ServiceConfig:
             raise UsageError("--warm must be 0 (cold) or more")
         if self.max_attempts < 1:
             raise UsageError("--max-attempts must be at least 1")
+        if not 0 <= self.retry_backoff_s <= 3600:
+            raise UsageError("--retry-backoff must be between 0 and 3600 seconds")
         if self.ray_address is not None:
             if not self.ray_address.strip():
                 raise UsageError("--ray-address must be HOST:PORT or auto")

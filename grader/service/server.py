@@ -29,11 +29,13 @@ def build(cfg: ServiceConfig, grader: Grader | None = None) -> Starlette:
     if cfg.ray_address is not None:
         cluster = RayCluster(cfg.ray_address, cfg.device, cfg.workers)
         workers = RayWorkers(cluster, store, tasks, slots_for(cluster, cfg.backend),
-                             max_attempts=cfg.max_attempts, on_leaderboard=board.record)
+                             max_attempts=cfg.max_attempts, retry_backoff_s=cfg.retry_backoff_s,
+                             on_leaderboard=board.record)
         on_stop = cluster.close
     else:
         workers = Workers(store, tasks, cfg.slots(), grader=grader,
-                          max_attempts=cfg.max_attempts, on_leaderboard=board.record)
+                          max_attempts=cfg.max_attempts, retry_backoff_s=cfg.retry_backoff_s,
+                          on_leaderboard=board.record)
     svc = Service(store, tasks, workers, board, max_source_bytes=cfg.max_source_bytes,
                   max_request_bytes=cfg.max_request_bytes, read_per_min=cfg.read_per_min,
                   board_refresh_s=cfg.board_refresh_s, on_stop=on_stop)

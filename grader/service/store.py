@@ -8,6 +8,8 @@ same job and a job finishes once: :meth:`Store.finish` only moves a job that is
 the jobs a killed server left ``running`` back in the queue; ``done`` and ``failed`` are
 final, never graded again. ``done`` means a report exists (whatever its verdict);
 ``failed`` means kgrader or the machine could not produce one after the allowed attempts.
+A job re-queued for an infrastructure fault waits until its ``not_before`` (the worker's
+backoff) before a worker may claim it again, so a loaded machine gets time to quieten.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from grader.service.sql import Conn, Database, StoreError, is_url, open_database
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 STATES = ("queued", "running", "done", "failed")
 FINAL = ("done", "failed")
 
@@ -39,7 +41,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   source_sha TEXT NOT NULL, view_sha TEXT NOT NULL, state TEXT NOT NULL,
   attempts INTEGER NOT NULL DEFAULT 0, grades INTEGER NOT NULL DEFAULT 0,
   worker TEXT, created_at REAL NOT NULL, started_at REAL, finished_at REAL,
-  verdict TEXT, report_json TEXT, error TEXT);
+  verdict TEXT, report_json TEXT, error TEXT, not_before REAL NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, seq);
 CREATE INDEX IF NOT EXISTS jobs_token ON jobs (token_id, created_at);
 CREATE TABLE IF NOT EXISTS events (
@@ -52,7 +54,9 @@ CREATE TABLE IF NOT EXISTS bests (
 
 _JOB_COLS = ("id", "token_id", "task", "mode", "label", "source_sha", "view_sha", "state",
              "attempts", "grades", "worker", "created_at", "started_at", "finished_at",
-             "verdict", "error")
+             "verdict", "error", "not_before")
+# What each older version lacks, in order (a store is upgraded in place when opened).
+_UPGRADES = {1: ("ALTER TABLE jobs ADD COLUMN not_before REAL NOT NULL DEFAULT 0",)}
 
 
 
@@ -94,11 +98,12 @@ class JobRow:
     finished_at: float | None
     verdict: str | None
     error: str | None
+    not_before: float = 0.0  # a re-queued job is not claimed before this time (epoch s)
 
     def public(self) -> dict[str, Any]:
         """What the job's owner may read about it (no token id, no view key hash)."""
         keep = ("id", "task", "mode", "label", "source_sha", "state", "attempts",
-                "created_at", "started_at", "finished_at", "verdict", "error")
+                "created_at", "started_at", "finished_at", "verdict", "error", "not_before")
         return {k: getattr(self, k) for k in keep}
 
 
@@ -133,9 +138,26 @@ class Store:
                 if "schema_version" not in self.db.tables():
                     raise
         row = self.db.conn().execute("SELECT MAX(version) FROM schema_version").fetchone()
+        if row is not None and row[0] in _UPGRADES:
+            row = self._upgrade(row[0])
         if row is None or row[0] != SCHEMA_VERSION:
             raise StoreError(f"{self.where} has service store version {row and row[0]!r}; "
                              f"this kgrader reads version {SCHEMA_VERSION}")
+
+    def _upgrade(self, version: int) -> Any:
+        """Bring an older store to :data:`SCHEMA_VERSION` in one transaction (a second
+        server opening it at once finds it upgraded, or fails and re-reads it)."""
+        try:
+            with self.db.tx() as c:
+                if c.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] == version:
+                    for v in range(version, SCHEMA_VERSION):
+                        for stmt in _UPGRADES[v]:
+                            c.execute(self.db.ddl(stmt)[0])
+                    c.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+        except Exception as e:
+            raise StoreError(f"{self.where}: could not upgrade the service store from version "
+                             f"{version} to {SCHEMA_VERSION}: {e}") from e
+        return self.db.conn().execute("SELECT MAX(version) FROM schema_version").fetchone()
 
     def _conn(self) -> Conn:
         return self.db.conn()
@@ -212,12 +234,14 @@ class Store:
         r = self._conn().execute("SELECT report_json FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if r is None else r[0]
 
-    def claim(self, worker: str) -> Claimed | None:
-        """The oldest queued job, now ``running`` under ``worker``; None when none is queued."""
-        now = time.time()
+    def claim(self, worker: str, now: float | None = None) -> Claimed | None:
+        """The oldest queued job whose backoff is over, now ``running`` under ``worker``;
+        None when there is none."""
+        now = time.time() if now is None else now
         with self._tx() as c:
             r = c.execute("SELECT id, source, attempts FROM jobs WHERE state = 'queued' "
-                          "ORDER BY seq LIMIT 1" + self.db.claim_suffix).fetchone()
+                          "AND not_before <= ? ORDER BY seq LIMIT 1" + self.db.claim_suffix,
+                          (now,)).fetchone()
             if r is None:
                 return None
             attempt = r[2] + 1
@@ -264,13 +288,17 @@ class Store:
             _event(c, job_id, state, {"verdict": verdict, "error": error}, now)
         return True
 
-    def requeue(self, job_id: str, attempt: int, why: str) -> bool:
-        """Put a running job back in the queue (an infrastructure fault to retry)."""
+    def requeue(self, job_id: str, attempt: int, why: str, delay_s: float = 0.0) -> bool:
+        """Put a running job back in the queue (an infrastructure fault to retry), to be
+        claimed no sooner than ``delay_s`` from now."""
+        now = time.time()
         with self._tx() as c:
-            cur = c.execute("UPDATE jobs SET state = 'queued', worker = NULL WHERE id = ? AND "
-                            "state = 'running' AND attempts = ?", (job_id, attempt))
+            cur = c.execute("UPDATE jobs SET state = 'queued', worker = NULL, not_before = ? "
+                            "WHERE id = ? AND state = 'running' AND attempts = ?",
+                            (now + max(delay_s, 0.0), job_id, attempt))
             if cur.rowcount == 1:
-                _event(c, job_id, "requeued", {"why": why[:500]}, time.time())
+                _event(c, job_id, "requeued", {"why": why[:500], "delay_s": round(delay_s, 1)},
+                       now)
             return cur.rowcount == 1
 
     def recover(self) -> list[str]:
@@ -278,7 +306,8 @@ class Store:
         with self._tx() as c:
             ids = [r[0] for r in c.execute("SELECT id FROM jobs WHERE state = 'running'")
                    .fetchall()]
-            c.execute("UPDATE jobs SET state = 'queued', worker = NULL WHERE state = 'running'")
+            c.execute("UPDATE jobs SET state = 'queued', worker = NULL, not_before = 0 "
+                      "WHERE state = 'running'")
             for i in ids:
                 _event(c, i, "requeued", {"why": "the server restarted while it ran"}, time.time())
         return ids

@@ -16,8 +16,10 @@ What a job's mode grades (the server's own copy of the task, never a client's pa
   paired with the reference, the row committed to the live board.
 
 A report whose errors are the infrastructure's is not a result: the job is re-queued
-(up to ``max_attempts`` claims), then ``failed``. A candidate's failure is a result
-(``done``, verdict ``failed``).
+(up to ``max_attempts`` claims), then ``failed``. Each retry waits longer than the last
+(:func:`retry_delay`): what spoils a run on a loaded machine (``timing_unreliable``, a judge
+killed from outside) tends to last a while, and an immediate second claim meets it again. A
+candidate's failure is a result (``done``, verdict ``failed``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,14 @@ from grader.task import TaskSpec, load_task
 
 log = structlog.get_logger("kgrader.service")
 MODES = ("run", "bench", "accept", "leaderboard")
+MAX_RETRY_DELAY_S = 300.0
 Grader = Callable[[EvalRequest], Report]
+
+
+def retry_delay(attempt: int, base_s: float) -> float:
+    """Seconds a job waits after its ``attempt``-th claim failed on the infrastructure:
+    ``base_s`` doubled per claim so far, at most :data:`MAX_RETRY_DELAY_S`."""
+    return min(base_s * 2.0 ** max(attempt - 1, 0), MAX_RETRY_DELAY_S) if base_s > 0 else 0.0
 
 
 def grade(request: EvalRequest) -> Report:
@@ -131,10 +140,11 @@ class Workers:
     """Threads that drain the queue; :meth:`wake` after a submission."""
 
     def __init__(self, store: Store, tasks: dict[str, ServiceTask], slots: list[Slot],
-                 *, grader: Grader = grade, max_attempts: int = 2,
+                 *, grader: Grader = grade, max_attempts: int = 4, retry_backoff_s: float = 10.0,
                  on_leaderboard: BoardHook | None = None):
         self.store, self.tasks, self.slots = store, tasks, slots
         self.grader, self.max_attempts, self.on_leaderboard = grader, max_attempts, on_leaderboard
+        self.retry_backoff_s = retry_backoff_s
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -207,8 +217,10 @@ class Workers:
             return  # shutting down: the sandbox may have been stopped under it; re-run later
         if problem is not None or report is None or task is None:
             why = problem or "no report"
-            if c.attempt < self.max_attempts and self.store.requeue(job.id, c.attempt, why):
-                log.warning("service_job_requeued", job=job.id, attempt=c.attempt, error=why)
+            delay = retry_delay(c.attempt, self.retry_backoff_s)
+            if c.attempt < self.max_attempts and self.store.requeue(job.id, c.attempt, why, delay):
+                log.warning("service_job_requeued", job=job.id, attempt=c.attempt, error=why,
+                            delay_s=round(delay, 1))
                 return
             self._finish(c, "failed", None, None, why)
             return

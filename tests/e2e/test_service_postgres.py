@@ -19,10 +19,13 @@ import pytest
 
 from tests.unit.test_service_store import (  # noqa: F401  (collected here again, on PostgreSQL)
     test_a_job_moves_queued_running_done_once_and_records_one_grade,
+    test_a_requeued_job_is_not_claimed_before_its_backoff_is_over,
+    test_a_version_1_store_is_upgraded_in_place_and_keeps_its_jobs,
     test_an_accepted_job_becomes_its_tasks_best_in_the_same_commit,
     test_concurrent_submissions_cannot_overrun_a_quota,
     test_concurrent_workers_claim_every_job_exactly_once,
     test_quotas_refuse_active_and_daily_overflow_per_token,
+    test_recover_makes_a_job_waiting_out_its_backoff_claimable_at_once,
     test_recover_requeues_running_jobs_and_never_touches_finished_ones,
     test_requeue_then_failed_after_the_last_attempt,
 )

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 pytest.importorskip("httpx")  # starlette's TestClient
+import itertools
+
 from starlette.testclient import TestClient
 
 from grader.evaluate import EvalRequest
@@ -262,3 +264,45 @@ def test_two_accepts_racing_for_one_old_best_are_both_graded_against_the_winner(
     assert calls[:2] and {c[1] for c in calls[:2]} == {None}
     assert calls[2:] == [(srcs["b"], srcs["a"])]
     assert store.best("vector_add_small") == srcs["b"]
+
+
+def test_an_infrastructure_failure_is_retried_after_a_growing_backoff_then_graded(
+        tmp_path: Path) -> None:
+    from grader.leaderboard.seeds import Secret
+    from grader.report.model import ReportError
+    from grader.service.worker import Slot, Workers, load_tasks, retry_delay
+
+    shutil.copytree(TASK, tmp_path / "tasks" / TASK.name)
+    store = Store(tmp_path / "s.sqlite")
+    graded_at: list[float] = []
+
+    def loaded_twice(req: EvalRequest) -> Report:  # a loaded host spoils the first two runs
+        graded_at.append(time.monotonic())
+        if len(graded_at) <= 2:
+            return Report(ok=False, stage="benchmark", task=req.task.name, errors=[ReportError(
+                stage="benchmark", code="timing_unreliable", origin="infrastructure",
+                message="the host is too loaded to measure on")])
+        return fake_grade(req)
+
+    workers = Workers(store, load_tasks(tmp_path / "tasks", Secret(b"k" * 32, "t")),
+                      [Slot("cpu0", "bwrap", "cpu")], grader=loaded_twice, max_attempts=3,
+                      retry_backoff_s=0.4)
+    job = store.submit(token_id="t", task="vector_add_small", mode="run", label="", source=GOOD,
+                       source_sha="s", view_sha="v", max_active=5, max_per_day=5)
+    assert not isinstance(job, str)
+    workers.start()
+    try:
+        for _ in range(100):
+            row = store.job(job.id)
+            if row is not None and row.state in ("done", "failed"):
+                break
+            time.sleep(0.1)
+    finally:
+        workers.stop()
+    assert row is not None and row.state == "done" and row.attempts == 3
+    gaps = [b - a for a, b in itertools.pairwise(graded_at)]
+    assert gaps[0] >= 0.4 and gaps[1] >= 0.8  # 0.4 s, then doubled
+    delays = [d["delay_s"] for _, _, k, d in store.events(job.id) if k == "requeued"]
+    assert delays == [0.4, 0.8]
+    assert [retry_delay(n, 10.0) for n in (1, 2, 3, 9)] == [10.0, 20.0, 40.0, 300.0]
+    assert retry_delay(3, 0.0) == 0.0

@@ -213,7 +213,8 @@ def test_workers_record_the_node_and_requeue_a_lost_cluster_never_a_verdict(
     assert row is not None and row.state == "done" and row.worker == "ray:abc@node2"
 
     lost = RayWorkers(FakeCluster(ClusterLost("the cluster went away")), store, tasks,  # type: ignore[arg-type]
-                      slots_for(FakeCluster(None), "bwrap"), max_attempts=2)  # type: ignore[arg-type]
+                      slots_for(FakeCluster(None), "bwrap"), max_attempts=2,  # type: ignore[arg-type]
+                      retry_backoff_s=0.0)
     job = _submit(store)
     for attempt in (1, 2):
         claimed = store.claim("ray0")

@@ -183,3 +183,57 @@ def test_two_accepts_graded_against_one_old_best_never_both_become_best(target: 
     assert store.finish(again.job.id, again.attempt, state="done", verdict="accepted",
                         report_json="{}", error=None, best_source="b = 2\n", best_was=best[0])
     assert store.best("vector_add_small") == "b = 2\n"
+
+
+def test_a_requeued_job_is_not_claimed_before_its_backoff_is_over(target: str | Path) -> None:
+    import time
+
+    store = Store(target)
+    slow, other = _submit(store), _submit(store)
+    c = store.claim("w0")
+    assert c is not None and c.job.id == slow
+    assert store.requeue(slow, 1, "timing_unreliable: loaded host", delay_s=60.0)
+    row = store.job(slow)
+    assert row is not None and row.state == "queued" and row.not_before > time.time() + 50
+    assert row.public()["not_before"] == row.not_before  # its owner sees when it runs again
+    # the younger job goes first; the waiting one is claimable only once its time has come
+    c2 = store.claim("w1")
+    assert c2 is not None and c2.job.id == other
+    assert store.claim("w1") is None
+    c3 = store.claim("w1", now=time.time() + 61)
+    assert c3 is not None and c3.job.id == slow and c3.attempt == 2
+    events = store.events(slow)
+    assert [k for _, _, k, _ in events] == ["queued", "running", "requeued", "running"]
+    assert next(d for _, _, k, d in events if k == "requeued")["delay_s"] == 60.0
+
+
+def test_recover_makes_a_job_waiting_out_its_backoff_claimable_at_once(target: str | Path) -> None:
+    store = Store(target)
+    jid = _submit(store)
+    c = store.claim("w0")
+    assert c is not None and store.requeue(jid, 1, "judge_killed", delay_s=600.0)
+    c = store.claim("w0", now=store.job(jid).not_before)  # type: ignore[union-attr]
+    assert c is not None  # running again, then the server is killed
+    again = Store(target)
+    assert again.recover() == [jid]
+    c = again.claim("w0")
+    assert c is not None and c.job.id == jid and c.attempt == 3
+
+
+def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_jobs(target: str | Path) -> None:
+    store = Store(target)
+    jid = _submit(store)
+    with store.db.tx() as c:  # what a store written by the previous version looks like
+        c.execute("ALTER TABLE jobs DROP COLUMN not_before")
+        c.execute("DELETE FROM schema_version")
+        c.execute("INSERT INTO schema_version (version) VALUES (1)")
+    again = Store(target)
+    row = again.job(jid)
+    assert row is not None and row.state == "queued" and row.not_before == 0.0
+    c2 = again.claim("w0")
+    assert c2 is not None and c2.job.id == jid
+    assert again.db.conn().execute("SELECT MAX(version) FROM schema_version").fetchone()[0] == 2
+    with again.db.tx() as c:
+        c.execute("INSERT INTO schema_version (version) VALUES (7)")
+    with pytest.raises(StoreError, match="version 7"):
+        Store(target)
