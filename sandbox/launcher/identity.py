@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import secrets
+import shutil
 import stat
 import subprocess
 import sys
@@ -226,6 +227,20 @@ def kill_all(ident: RunnerIdentity, timeout: float = 10.0) -> None:
                        env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=timeout, check=False,
                        user=ident.uid, group=ident.gid, extra_groups=[], cwd="/")
+
+
+def remove_home(ident: RunnerIdentity) -> None:
+    """Remove the runner's private folder once its processes are dead, best effort.
+
+    With the runner's file system identity (the judge cannot enter the 0700 folder, and
+    gains nothing it could not delete as that uid), never following a link (``rmtree``
+    walks by file descriptor). Inside a sandbox this frees the scratch tmpfs for the next
+    runner (a calibrate sandbox opens up to 32); outside one (tests, a tool run on the host)
+    it leaves no folder behind in the host's /tmp. What cannot be removed (a folder the
+    runner made unreadable, a process that escaped ``kill_all``) stays, for the sandbox's
+    own teardown."""
+    with contextlib.suppress(OSError, IsolationUnavailable), _as_fs_identity(ident.uid, ident.gid):
+        shutil.rmtree(ident.home, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -154,12 +154,16 @@ class RunnerHandle:
         self._staged: str | None = module_path if deferred else None
         try:
             self.identity = identity.new_runner_identity(module_path)
+        except (identity.IsolationUnavailable, OSError) as e:
+            raise RunnerFailure(identity.ISOLATION_CODE, str(e)) from None
+        try:
             # the runner imports a private copy: no runner may open another's source
             self.module = (os.path.join(self.identity.home, identity.MODULE_DIR,
                                         os.path.basename(module_path)) if deferred
                            else identity.install_module(self.identity, module_path))
             identity.prepare_fork()
         except (identity.IsolationUnavailable, OSError) as e:
+            identity.remove_home(self.identity)
             raise RunnerFailure(identity.ISOLATION_CODE, str(e)) from None
         self.uid = self.identity.uid
         self.device = device
@@ -173,6 +177,7 @@ class RunnerHandle:
                 self.identity, device, pass_fds,
                 lambda r, w, s: [*prefix, *runner_argv(r, w, s, self.module, entry, device)])
         except OSError as e:  # setgroups/setregid/setreuid refused in the child
+            identity.remove_home(self.identity)
             raise RunnerFailure(identity.ISOLATION_CODE,
                                 f"cannot start the runner as uid {self.uid}: {e}") from None
         self.started = time.monotonic()
@@ -294,3 +299,6 @@ class RunnerHandle:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.sock.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        identity.remove_home(self.identity)  # its processes are dead: nothing writes there now

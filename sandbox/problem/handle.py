@@ -58,8 +58,12 @@ class ProblemHandle:
     def __init__(self, device: str):
         try:
             self.identity = identity.new_runner_identity(OWNER)
+        except (identity.IsolationUnavailable, OSError) as e:
+            raise ProblemDied(identity.ISOLATION_CODE, str(e)) from None
+        try:
             identity.prepare_fork()
         except (identity.IsolationUnavailable, OSError) as e:
+            identity.remove_home(self.identity)
             raise ProblemDied(identity.ISOLATION_CODE, str(e)) from None
         self.uid = self.identity.uid
         try:
@@ -69,6 +73,7 @@ class ProblemHandle:
                                        "--write-fd", str(w), "--fd-sock", str(fd_sock),
                                        "--device", device])
         except OSError as e:
+            identity.remove_home(self.identity)
             raise ProblemDied(identity.ISOLATION_CODE,
                               f"cannot start the problem process as uid {self.uid}: {e}") from None
         self.started = time.monotonic()
@@ -141,6 +146,9 @@ class ProblemHandle:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.sock.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        identity.remove_home(self.identity)  # its processes are dead: nothing writes there now
 
 
 def _raise(err: dict[str, Any]) -> dict[str, Any]:

@@ -103,3 +103,45 @@ def test_a_tools_log_is_read_with_the_owning_runners_identity() -> None:
         assert r.stdout.split() == ["denied", "counters", "denied"], (r.stdout, r.stderr)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="runner uids and setfsuid need root")
+
+
+@root_only
+def test_a_runners_home_is_removed_as_its_uid_without_following_its_links(tmp_path: Path) -> None:
+    outside = tmp_path / "keep"
+    outside.mkdir()
+    (outside / "judge.txt").write_text("the judge's")
+    ident = identity.new_runner_identity("<test>")
+    home = Path(ident.home)
+    with identity._as_fs_identity(ident.uid, ident.gid):  # what the runner wrote there
+        (home / "triton" / "kernel.cubin").write_bytes(b"x" * 100)
+        (home / "tmp" / "to_outside").symlink_to(outside)
+        (home / "tmp" / "to_file").symlink_to(outside / "judge.txt")
+    identity.remove_home(ident)
+    assert not home.exists()
+    assert (outside / "judge.txt").read_text() == "the judge's"  # links were not followed
+    identity.remove_home(ident)  # a second time: nothing there, no error
+
+
+@root_only
+def test_a_runner_or_problem_process_that_cannot_start_leaves_no_home(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from sandbox.launcher import proc
+    from sandbox.problem import handle
+
+    def refused(*a: object, **k: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(proc, "spawn_principal", refused)
+    monkeypatch.setattr(handle, "spawn_principal", refused)
+    monkeypatch.setattr(identity.tempfile, "gettempdir", lambda: str(tmp_path))
+    src = tmp_path / "cand.py"
+    src.write_text("def launch():\n    pass\n")
+    src.chmod(0o400)
+    with pytest.raises(proc.RunnerFailure):
+        proc.RunnerHandle(str(src), "launch", "cpu")
+    with pytest.raises(handle.ProblemDied):
+        handle.ProblemHandle("cpu")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("kgrader-runner-")] == []
