@@ -145,23 +145,16 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
         for d in drains:
             d.join(5)
     wall = time.monotonic() - t0
-    # The cgroup's counts are read first and whether it is gone last, before this run's
-    # own removal: one removed from outside between two reads (its OOM count gone with it)
-    # is then always said to be lost, never a sandbox that counts no OOM kills.
-    oom_killed = bool(cg and cg.oom_killed())
-    oom_counted = cg is not None and cg.oom_counted()
-    pids_hit = bool(cg and cg.pids_hit())
-    limit_hits = cg.memory_limit_hits() if cg is not None else 0
-    lost = cg is not None and cg.lost()
+    counts = cg.counts() if cg is not None else None  # before this run's own removal
     evidence = Evidence(
         timed_out=timed_out,
-        oom_killed=oom_killed or dog.fired == "memory_limit",
+        oom_killed=bool(counts and counts.oom_killed) or dog.fired == "memory_limit",
         gpu_memory_exceeded=bool(gdog and gdog.fired),
-        pids_limited=pids_hit or dog.fired == "pids_limit",
+        pids_limited=bool(counts and counts.pids_hit) or dog.fired == "pids_limit",
         signal=decode_status(proc.returncode)[1],
-        memory_limit_hits=limit_hits,
-        oom_counted=oom_counted,
-        cgroup_lost=lost,
+        memory_limit_hits=counts.memory_limit_hits if counts else 0,
+        oom_counted=bool(counts and counts.oom_counted),
+        cgroup_lost=bool(counts and counts.lost),
         device_shared_by=gdog.shared_by() if gdog is not None else (),
     )
     if cg is not None:

@@ -12,6 +12,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -37,6 +38,17 @@ def _read_kv(path: Path) -> dict[str, int]:
     return out
 
 
+@dataclass(frozen=True)
+class Counts:
+    """What the kernel counted in an evaluation's cgroups, read once its run ended."""
+
+    oom_killed: bool
+    oom_counted: bool  # the OOM count could be read: oom_killed False means none
+    pids_hit: bool
+    memory_limit_hits: int
+    lost: bool  # a directory was gone (removed from outside) by the last read
+
+
 class CgroupSet:
     """The cgroup directories of one evaluation (one per v1 controller, or one v2 dir)."""
 
@@ -58,6 +70,15 @@ class CgroupSet:
             with contextlib.suppress(OSError):
                 out.update(int(x) for x in (d / "cgroup.procs").read_text().split())
         return sorted(out)
+
+    def counts(self) -> Counts:
+        """The counts first and whether the set is gone last, before the run's own removal:
+        a set removed from outside between two reads (its OOM count gone with it) is then
+        always said to be lost, never a sandbox that counted no OOM kill (the landing CI of
+        4058978 saw the other order blame the candidate, ``judge_died``)."""
+        oom_killed, oom_counted = self.oom_killed(), self.oom_counted()
+        pids_hit, hits = self.pids_hit(), self.memory_limit_hits()
+        return Counts(oom_killed, oom_counted, pids_hit, hits, self.lost())
 
     def oom_counted(self) -> bool:
         """Whether the kernel's count of OOM kills in this tree can be read (read while the
