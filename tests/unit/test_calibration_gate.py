@@ -161,3 +161,29 @@ def test_a_stopped_turn_is_refused_without_taking_the_gate(tmp_path: Path) -> No
     other.join(5.0)
     assert judge.got == b"" and other.got == b"g"
     assert turn.released_at is None and gate._lock.acquire(blocking=False)
+
+
+class _Turn:
+    def __init__(self, t: float) -> None:
+        self.granted_at, self.released_at, self.ready_at, self.why = t, t + 1.0, t, ""
+
+
+@pytest.mark.parametrize("ahead_k,per_sandbox,wanted", [(0, 3, 7), (2, 3, 7), (1, 1, 4), (1, 16, 5)])
+def test_decisions_per_sandbox_ask_each_sandbox_for_what_is_left_never_more(
+        ahead_k: int, per_sandbox: int, wanted: int) -> None:
+    asked: list[int] = []
+
+    class Run(ahead.AheadRun):  # type: ignore[misc, name-defined]
+        def _one(self, s: dict[str, object], idx: int, want: int) -> None:
+            with self.lock:
+                asked.append(want)
+            time.sleep(0.01)
+            self._record(str(s["name"]), idx, 0.0, _Turn(float(idx)),
+                         [{"t_cur": [1.0], "t_cand": [1.0]}] * want, [])
+
+    sc = [{"name": "aa", "decisions": wanted, "pairs": 30}]
+    res = Run(sc, {}, None, "", device="cpu", backend=None, ahead=ahead_k, budget_s=60.0,
+              gate=MeasureGate("test"), origin=0.0, per_sandbox=per_sandbox).run()
+    assert len(res.cal["aa"]["decisions"]) == wanted == sum(asked)
+    assert all(1 <= w <= per_sandbox for w in asked)
+    assert res.sandboxes == len(asked) >= -(-wanted // per_sandbox)
