@@ -14,14 +14,16 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = ("--backend", "bwrap", "--device", "cpu")  # the e2e tests' sandbox on this machine
+T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -63,3 +65,18 @@ def agent_retries(errors: list[dict[str, Any]]) -> bool:
     origin infrastructure), or the escape check a loaded 2-core host can trip."""
     return bool(errors) and all(e["origin"] == "infrastructure" or e["code"] == "work_escaped_timing"
                                 for e in errors)
+
+
+def retried(call: Callable[[], T], again: Callable[[T], bool], *, tries: int = AGENT_TRIES,
+            wait_s: float = 0.0) -> T:
+    """``call()``, called again while ``again(result)`` says the host's load spoiled it, as
+    an agent or a submitter does: at most ``tries`` calls, the n-th retry after waiting
+    ``wait_s * n`` seconds (a little longer each time, for the load to pass). The last
+    result, for the test to judge."""
+    res = call()
+    for n in range(1, tries):
+        if not again(res):
+            break
+        time.sleep(wait_s * n)
+        res = call()
+    return res

@@ -10,7 +10,6 @@ import os
 import shutil
 import sqlite3
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 
 from grader.experience.hooks import host_cpu_model
 
-from .conftest import AGENT_TRIES, agent_retries, kgrader
+from .conftest import agent_retries, kgrader, retried
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "softmax"
@@ -164,12 +163,13 @@ def test_agent_tool_searches_without_revealing_hidden_shapes(graded: Graded) -> 
     ws = graded.root / "ws"
     ok_json("workspace", "init", ws, "--task", SOFTMAX, "--backend", "bwrap", "--device", "cpu",
             env=graded.env)
-    for n in range(AGENT_TRIES):  # what a busy host makes is retried, as an agent would
-        p = kgrader("bench", "--workspace", ws, CANDS / "good.py", env=graded.env)
-        if p.returncode == 0:
-            break
-        assert agent_retries(json.loads(p.stdout)["errors"]), p.stdout
-        time.sleep(15 * (n + 1))  # and waits a little longer each time for the load to pass
+
+    def spoiled(p: Any) -> bool:  # what a busy host makes is retried, as an agent would
+        assert p.returncode == 0 or agent_retries(json.loads(p.stdout)["errors"]), p.stdout
+        return p.returncode != 0
+
+    p = retried(lambda: kgrader("bench", "--workspace", ws, CANDS / "good.py", env=graded.env),
+                spoiled, wait_s=15)
     assert p.returncode == 0, p.stderr  # a tool evaluation reaches the store too
     schema = {t["function"]["name"]: t for t in
               ok_json("tools", "schema", env=graded.env)}["search_experience"]

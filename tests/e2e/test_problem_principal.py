@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ._backends import backend_or_skip
-from .conftest import AGENT_TRIES, agent_retries, kgrader
+from .conftest import agent_retries, kgrader, retried
 
 ROOT = Path(__file__).resolve().parents[2]
 ATTACKS = ROOT / "tests" / "attacks" / "problems"
@@ -76,10 +76,8 @@ def test_the_honest_reference_behind_the_attacks_still_grades_an_honest_submissi
     # inside the judge's round-trip noise (0.3-5 ms on an idle 2-core VM), so the benchmark
     # may say timing_unreliable (infrastructure, retried): the test retries as a caller
     # does, and the honest submission must pass in the end.
-    for _ in range(AGENT_TRIES):
-        rc, r, _ = grade(task, good, backend)
-        if not agent_retries(r["errors"]) or rc == 0:
-            break
+    rc, r, _ = retried(lambda: grade(task, good, backend),
+                       lambda got: got[0] != 0 and agent_retries(got[1]["errors"]))
     assert r["correctness"]["checks"] > 0, r
     assert not [e for e in r["errors"] if e["origin"] != "infrastructure"], r["errors"]
     assert rc == 0 and r["ok"] is True, r["errors"]

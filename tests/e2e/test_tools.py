@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from grader.agent.schemas import TOOL_NAMES
 from grader.errors import SandboxUnavailableError
 from grader.records import check_consistency, read_trajectory
 
-from .conftest import AGENT_TRIES, agent_retries, kgrader
+from .conftest import AGENT_TRIES, agent_retries, kgrader, retried
 
 pytestmark = pytest.mark.bwrap
 
@@ -72,13 +71,7 @@ def _timed(call: Callable[[], dict[str, Any]], tries: int = AGENT_TRIES) -> dict
     (infrastructure, retried), or flags ``work_escaped_timing``. That says nothing about
     the tool plumbing under test here; each retry waits a little longer for the load.
     """
-    res = call()
-    for n in range(tries - 1):
-        if not agent_retries(res["errors"]):
-            break
-        time.sleep(5 * (n + 1))
-        res = call()
-    return res
+    return retried(call, lambda res: agent_retries(res["errors"]), tries=tries, wait_s=5)
 
 
 def _logged_calls(ws: tools.Workspace) -> list[dict[str, Any]]:
