@@ -34,8 +34,10 @@ A/A only, fast:    python3 bench/calibration.py --parts decisions --scenarios aa
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -261,6 +263,7 @@ def main() -> int:
         res["peaks"], res["environment"] = peak.peaks, peak.environment
         save()
     tmp = Path(tempfile.mkdtemp(prefix="kg-cal-"))
+    atexit.register(shutil.rmtree, tmp, True)  # the bench's own task folders, not its results
     for wname in a.workloads.split(","):
         n = sizes[wname]
         w: dict[str, Any] = res["workloads"].setdefault(wname, {"N": n})
