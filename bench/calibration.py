@@ -214,7 +214,7 @@ def main() -> int:
                          "bwrap only gains from it: docker starts a container after its grant")
     ap.add_argument("--decisions-per-sandbox", type=int, default=1, metavar="D",
                     help="with --prepare-ahead: D decisions per sandbox, each with a fresh "
-                         "runner pair whose torch imports start with the sandbox (at most 16: "
+                         "runner pair whose torch imports start with the sandbox (at most 15: "
                          "a sandbox's runner uids); a decision then skips a sandbox's start")
     ap.add_argument("--parts", default="decisions,cheats,overhead,vector_add")
     ap.add_argument("--workloads", default="4us,10us,100us,1ms")
@@ -231,8 +231,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.prepare_ahead is not None and a.prepare_ahead < 0:
         ap.error("--prepare-ahead must be 0 or more")
-    if not 1 <= a.decisions_per_sandbox <= 16 or (a.decisions_per_sandbox > 1 and a.prepare_ahead is None):
-        ap.error("--decisions-per-sandbox must be 1-16, and more than 1 only with --prepare-ahead")
+    if not 1 <= a.decisions_per_sandbox <= 15 or (a.decisions_per_sandbox > 1 and a.prepare_ahead is None):
+        ap.error("--decisions-per-sandbox must be 1-15, and more than 1 only with --prepare-ahead")
     PAIR_OFFSET_US[0] = a.pair_offset_us
     sizes = {"4us": 1 << 20, "10us": 1 << 22, "100us": 1 << 25, "1ms": 1 << 29}
     if a.quick:

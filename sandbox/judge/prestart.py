@@ -110,7 +110,7 @@ def calibrate_pairs(req: JudgeRequest) -> list[int]:
     runs beside a measurement."""
     assert req.calibrate is not None
     memory = req.limits.memory_mib
-    room = len(RUNNER_IDS) // 2  # pairs: each runner takes a uid of its own
+    room = (len(RUNNER_IDS) - 1) // 2  # pairs: a uid per runner, one for the problem process
     if memory is not None:
         room = min(room, max(memory - JUDGE_MIB_AHEAD, 0) // (2 * RUNNER_MIB_AHEAD))
     many = req.device == "cuda" and usable_cpus() >= MIN_CPUS_AHEAD

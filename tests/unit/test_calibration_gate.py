@@ -168,7 +168,7 @@ class _Turn:
         self.granted_at, self.released_at, self.ready_at, self.why = t, t + 1.0, t, ""
 
 
-@pytest.mark.parametrize("ahead_k,per_sandbox,wanted", [(0, 3, 7), (2, 3, 7), (1, 1, 4), (1, 16, 5)])
+@pytest.mark.parametrize("ahead_k,per_sandbox,wanted", [(0, 3, 7), (2, 3, 7), (1, 1, 4), (1, 15, 5)])
 def test_decisions_per_sandbox_ask_each_sandbox_for_what_is_left_never_more(
         ahead_k: int, per_sandbox: int, wanted: int) -> None:
     asked: list[int] = []

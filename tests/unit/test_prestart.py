@@ -131,9 +131,9 @@ def test_a_calibrate_sandbox_of_fresh_pairs_starts_a_pair_for_every_decision_at_
 def test_calibrate_pairs_ahead_are_bounded_by_runner_uids_memory_and_cpus(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(prestart, "usable_cpus", lambda: 16.0)
-    # 32 runner uids: 16 pairs in all, shared by the scenarios in order
+    # 32 runner uids, one of them the problem process's: 15 pairs, shared in order
     assert prestart.calibrate_pairs(_calibrate("cuda", None, _scenario("a", 12),
-                                               _scenario("b", 12))) == [12, 4]
+                                               _scenario("b", 12))) == [12, 3]
     # memory: the judge's share, then 2 x RUNNER_MIB_AHEAD a pair; never less than one pair
     mib = prestart.JUDGE_MIB_AHEAD + 3 * 2 * prestart.RUNNER_MIB_AHEAD
     assert prestart.calibrate_pairs(_calibrate("cuda", mib, _scenario("a", 8))) == [3]
