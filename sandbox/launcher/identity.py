@@ -230,15 +230,10 @@ def kill_all(ident: RunnerIdentity, timeout: float = 10.0) -> None:
 
 
 def remove_home(ident: RunnerIdentity) -> None:
-    """Remove the runner's private folder once its processes are dead, best effort.
-
-    With the runner's file system identity (the judge cannot enter the 0700 folder, and
-    gains nothing it could not delete as that uid), never following a link (``rmtree``
-    walks by file descriptor). Inside a sandbox this frees the scratch tmpfs for the next
-    runner (a calibrate sandbox opens up to 32); outside one (tests, a tool run on the host)
-    it leaves no folder behind in the host's /tmp. What cannot be removed (a folder the
-    runner made unreadable, a process that escaped ``kill_all``) stays, for the sandbox's
-    own teardown."""
+    """Remove the dead runner's private folder, best effort, as its uid (the judge cannot
+    enter it), never following a link (``rmtree`` walks by descriptor): it frees a sandbox's
+    tmpfs for the next runner, and leaves nothing in the host's /tmp outside one. What the
+    runner made unremovable stays for the sandbox's own teardown."""
     with contextlib.suppress(OSError, IsolationUnavailable), _as_fs_identity(ident.uid, ident.gid):
         shutil.rmtree(ident.home, ignore_errors=True)
 
@@ -390,22 +385,9 @@ def verify_runner() -> None:
 
 
 __all__ = [
-    "ExtraProcess",
-    "IsolationUnavailable",
-    "RunnerIdentity",
-    "as_file_owner",
-    "check_runner_processes",
-    "describe",
-    "extra_runner_processes",
-    "install_module",
-    "kill_all",
-    "launch_enforcement",
-    "launch_status",
-    "launch_warnings",
-    "new_runner_identity",
-    "prepare_fork",
-    "require_spawn_caps",
-    "runner_ids_left",
-    "spawn_cwd",
+    "ExtraProcess", "IsolationUnavailable", "RunnerIdentity", "as_file_owner",
+    "check_runner_processes", "describe", "extra_runner_processes", "install_module", "kill_all",
+    "launch_enforcement", "launch_status", "launch_warnings", "new_runner_identity",
+    "prepare_fork", "remove_home", "require_spawn_caps", "runner_ids_left", "spawn_cwd",
     "verify_runner",
 ]
