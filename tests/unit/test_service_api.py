@@ -184,10 +184,30 @@ def test_the_active_jobs_quota_is_a_429_until_a_job_finishes(tmp_path: Path) -> 
         assert client.post("/v1/submissions", headers=_auth(tok), json=body).status_code == 201
 
 
-def test_a_worker_survives_a_store_error_and_grades_the_next_job(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _one_job(tmp_path: Path, store: Store, **workers_kw: Any) -> Any:
+    """One ``run`` job of vector_add_small through real worker threads: its row once final."""
     from grader.leaderboard.seeds import Secret
     from grader.service.worker import Slot, Workers, load_tasks
+
+    workers = Workers(store, load_tasks(tmp_path / "tasks", Secret(b"k" * 32, "t")),
+                      [Slot("cpu0", "bwrap", "cpu")], **workers_kw)
+    job = store.submit(token_id="t", task="vector_add_small", mode="run", label="", source=GOOD,
+                       source_sha="s", view_sha="v", max_active=5, max_per_day=5)
+    assert not isinstance(job, str)
+    workers.start()
+    try:
+        for _ in range(100):
+            row = store.job(job.id)
+            if row is not None and row.state in ("done", "failed"):
+                return row
+            time.sleep(0.1)
+        raise AssertionError(f"job {job.id} did not finish: {store.job(job.id)}")
+    finally:
+        workers.stop()
+
+
+def test_a_worker_survives_a_store_error_and_grades_the_next_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     shutil.copytree(TASK, tmp_path / "tasks" / TASK.name)
     store = Store(tmp_path / "s.sqlite")
@@ -200,21 +220,8 @@ def test_a_worker_survives_a_store_error_and_grades_the_next_job(
         return real_claim(self, worker)
 
     monkeypatch.setattr(Store, "claim", flaky)
-    workers = Workers(store, load_tasks(tmp_path / "tasks", Secret(b"k" * 32, "t")),
-                      [Slot("cpu0", "bwrap", "cpu")], grader=fake_grade)
-    job = store.submit(token_id="t", task="vector_add_small", mode="run", label="", source=GOOD,
-                       source_sha="s", view_sha="v", max_active=5, max_per_day=5)
-    assert not isinstance(job, str)
-    workers.start()
-    try:
-        for _ in range(100):
-            row = store.job(job.id)
-            if row is not None and row.state == "done":
-                break
-            time.sleep(0.1)
-        assert row is not None and row.state == "done" and len(calls) >= 2
-    finally:
-        workers.stop()
+    row = _one_job(tmp_path, store, grader=fake_grade)
+    assert row.state == "done" and len(calls) >= 2
 
 
 def test_two_accepts_racing_for_one_old_best_are_both_graded_against_the_winner(
@@ -268,9 +275,8 @@ def test_two_accepts_racing_for_one_old_best_are_both_graded_against_the_winner(
 
 def test_an_infrastructure_failure_is_retried_after_a_growing_backoff_then_graded(
         tmp_path: Path) -> None:
-    from grader.leaderboard.seeds import Secret
     from grader.report.model import ReportError
-    from grader.service.worker import Slot, Workers, load_tasks, retry_delay
+    from grader.service.worker import retry_delay
 
     shutil.copytree(TASK, tmp_path / "tasks" / TASK.name)
     store = Store(tmp_path / "s.sqlite")
@@ -284,25 +290,11 @@ def test_an_infrastructure_failure_is_retried_after_a_growing_backoff_then_grade
                 message="the host is too loaded to measure on")])
         return fake_grade(req)
 
-    workers = Workers(store, load_tasks(tmp_path / "tasks", Secret(b"k" * 32, "t")),
-                      [Slot("cpu0", "bwrap", "cpu")], grader=loaded_twice, max_attempts=3,
-                      retry_backoff_s=0.4)
-    job = store.submit(token_id="t", task="vector_add_small", mode="run", label="", source=GOOD,
-                       source_sha="s", view_sha="v", max_active=5, max_per_day=5)
-    assert not isinstance(job, str)
-    workers.start()
-    try:
-        for _ in range(100):
-            row = store.job(job.id)
-            if row is not None and row.state in ("done", "failed"):
-                break
-            time.sleep(0.1)
-    finally:
-        workers.stop()
-    assert row is not None and row.state == "done" and row.attempts == 3
+    row = _one_job(tmp_path, store, grader=loaded_twice, max_attempts=3, retry_backoff_s=0.4)
+    assert row.state == "done" and row.attempts == 3
     gaps = [b - a for a, b in itertools.pairwise(graded_at)]
     assert gaps[0] >= 0.4 and gaps[1] >= 0.8  # 0.4 s, then doubled
-    delays = [d["delay_s"] for _, _, k, d in store.events(job.id) if k == "requeued"]
+    delays = [d["delay_s"] for _, _, k, d in store.events(row.id) if k == "requeued"]
     assert delays == [0.4, 0.8]
     assert [retry_delay(n, 10.0) for n in (1, 2, 3, 9)] == [10.0, 20.0, 40.0, 300.0]
     assert retry_delay(3, 0.0) == 0.0
