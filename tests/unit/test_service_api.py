@@ -208,7 +208,6 @@ def _one_job(tmp_path: Path, store: Store, **workers_kw: Any) -> Any:
 
 def test_a_worker_survives_a_store_error_and_grades_the_next_job(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-
     shutil.copytree(TASK, tmp_path / "tasks" / TASK.name)
     store = Store(tmp_path / "s.sqlite")
     real_claim, calls = Store.claim, []
