@@ -44,11 +44,13 @@ def _task_with_default_policy() -> Path:
     """vector_add_small under the ``default`` policy: the conformance candidates compute
     with torch on purpose (they probe the sandbox, not kernel-writing), and a
     ``triton-only`` task would stop them at its runtime op audit before any limit fires."""
+    import atexit
     import json
     import shutil
     import tempfile
 
     dst = Path(tempfile.mkdtemp(prefix="kgrader-conformance-task-")) / "vector_add_small"
+    atexit.register(shutil.rmtree, dst.parent, True)  # every pytest run left one in /tmp
     shutil.copytree(EXAMPLE, dst, ignore=shutil.ignore_patterns("candidates"))
     spec = json.loads((dst / "task.json").read_text())
     spec["policy"] = "default"
