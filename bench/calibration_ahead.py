@@ -25,6 +25,15 @@ sandbox already granted finishes, so the run overruns by at most one turn. A san
 fails loses only its own decision (recorded in ``errors``); :data:`MAX_FAILURES_IN_ROW`
 failures in a row stop the workload, since the cause is then not one sandbox (a failure is
 known only once its sandbox gave the gate back, so the next one prepared may still run).
+
+The host's CPUs are cut into ``K + 1`` slices, and sandbox ``i`` runs on slice ``i mod (K+1)``
+(its launching thread's affinity, which every process of a bwrap sandbox inherits): the
+``K + 1`` live sandboxes have consecutive numbers, so a sandbox importing torch for up to 15
+runner pairs never shares a core with the one measuring. Without it, that burst (12-30
+imports on 16 cores) ran beside the first decision of each turn and lost 12 of 78 sandboxes
+to ``timing_unreliable`` (2026-12-02). No split where a slice would have fewer than
+:data:`sandbox.judge.prestart.MIN_CPUS_AHEAD` CPUs (the judge then starts no pairs ahead),
+and none on docker, whose containers do not inherit it.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ from grader.judgecall import discard, launch, mode_request, read_record, stage
 from grader.limits import Limits
 from grader.report.record import ResultProblem
 from sandbox.contract import wire
+from sandbox.judge.prestart import MIN_CPUS_AHEAD
 
 MAX_FAILURES_IN_ROW = 3
 RUN_S = 150.0  # one decision's run limit from the grant (a hang's net; a decision takes seconds)
@@ -132,6 +142,8 @@ class AheadRun:
                           [], 0, [], 0)
         self.in_flight = {s["name"]: 0 for s in scenarios}  # decisions asked of live sandboxes
         self.failures_in_row = 0
+        self.slices = cpu_slices(sorted(os.sched_getaffinity(0)), ahead + 1) \
+            if getattr(backend, "name", "") == "bwrap" else []
 
     def run(self) -> Result:
         workers = [threading.Thread(target=self._worker, name=f"cal-ahead-{i}", daemon=True)
@@ -201,6 +213,9 @@ class AheadRun:
                                                         pairs=int(s["pairs"])))
         lim = Limits(compile_s=120, run_s=self.run_s, memory_mib=65536)
         started = time.monotonic()
+        mine = os.sched_getaffinity(0)
+        cpus = self.slices[idx % len(self.slices)] if self.slices else mine
+        os.sched_setaffinity(0, cpus)  # this thread's: the sandbox it launches inherits it
         staged = stage(req, self.files, lim, prefix="kgrader-cal-", gated=True)
         turn = DecisionTurn(self.gate, staged.out_dir / wire.GATE_NAME,
                             lambda: self._refuse(name, int(s["decisions"])))
@@ -229,10 +244,11 @@ class AheadRun:
         finally:
             turn.release()  # a no-op once the supervisor gave it back
             discard(staged)
-        self._record(name, idx, started, turn, got, errors)
+            os.sched_setaffinity(0, mine)
+        self._record(name, idx, started, turn, got, errors, f"{min(cpus)}-{max(cpus)}")
 
     def _record(self, name: str, idx: int, started: float, turn: DecisionTurn,
-                got: list[dict[str, Any]], errors: list[dict[str, Any]]) -> None:
+                got: list[dict[str, Any]], errors: list[dict[str, Any]], cpus: str = "") -> None:
         def rel(t: float | None) -> float | None:
             return None if t is None else round(t - self.origin, 6)
 
@@ -241,7 +257,7 @@ class AheadRun:
             if turn.granted_at is not None:
                 self.res.intervals.append({**gate, "scenario": name, "sandbox": idx,
                                            "started": rel(started), "ready": rel(turn.ready_at),
-                                           "decided": bool(got)})
+                                           "decided": bool(got), "cpus": cpus})
             elif turn.why and not errors:
                 self.res.refused += 1
             for d in got:
@@ -256,3 +272,12 @@ class AheadRun:
                 self.failures_in_row = 0 if got else self.failures_in_row + 1
             if self.progress is not None:
                 self.progress(self.res)
+
+
+def cpu_slices(cpus: list[int], n: int) -> list[set[int]]:
+    """``cpus`` cut into ``n`` contiguous slices of equal size (the remainder to none); no
+    slices (``[]``) when ``n`` is 1 or a slice would hold fewer than MIN_CPUS_AHEAD."""
+    size = len(cpus) // n if n > 1 else 0
+    if size < MIN_CPUS_AHEAD:
+        return []
+    return [set(cpus[i * size:(i + 1) * size]) for i in range(n)]

@@ -187,3 +187,20 @@ def test_decisions_per_sandbox_ask_each_sandbox_for_what_is_left_never_more(
     assert len(res.cal["aa"]["decisions"]) == wanted == sum(asked)
     assert all(1 <= w <= per_sandbox for w in asked)
     assert res.sandboxes == len(asked) >= -(-wanted // per_sandbox)
+
+
+def test_cpu_slices_give_each_live_sandbox_cores_of_its_own() -> None:
+    cpus = list(range(16))
+    two = ahead.cpu_slices(cpus, 2)  # --prepare-ahead 1: the measuring one, the next
+    assert two == [set(range(8)), set(range(8, 16))]
+    three = ahead.cpu_slices(cpus, 3)  # 5 each; the 16th core in none
+    assert [len(s) for s in three] == [5, 5, 5] and not set.intersection(*three)
+    # Consecutive sandbox numbers (the live ones) never share a slice.
+    for n, sl in ((2, two), (3, three)):
+        for i in range(1, 20):
+            assert not sl[i % n] & sl[(i + 1) % n]
+
+
+@pytest.mark.parametrize(("ncpu", "n"), [(16, 1), (7, 2), (15, 4), (2, 2)])
+def test_no_split_where_a_slice_would_be_too_small_for_pairs_ahead(ncpu: int, n: int) -> None:
+    assert ahead.cpu_slices(list(range(ncpu)), n) == []
