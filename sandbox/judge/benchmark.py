@@ -116,14 +116,20 @@ class SideClock:
                                "work escaped the timed stream (side stream, thread, deferred "
                                "work) or the timer was tampered with", detail=esc)
         if esc.get("unreliable"):
-            usable = (f"{esc['hidden_ms']:.4f} ms outside the timed region against a budget of "
-                      f"{esc['budget_ms']:.4f} ms, within four of them"
-                      if self.ev.dev == "cpu" else f"at most {NOISE_CAP_MS / 4:.4f} ms is usable")
+            noise = esc.get("noise_ms", 0.0)
+            what = (f"the judge's clock saw {esc['hidden_ms']:.4f} ms per call outside the timed "
+                    f"region against a budget of {esc['budget_ms']:.4f} ms, standard error "
+                    f"{noise:.4f} ms")
+            if self.ev.dev != "cpu" and 4.0 * noise > NOISE_CAP_MS:
+                what += f" (at most {NOISE_CAP_MS / 4:.4f} ms is usable)"
+            if esc.get("tail_hidden_ms", 0.0) > esc.get("tail_budget_ms", float("inf")):
+                what += (f"; the device's idle tail {esc['tail_hidden_ms']:.4f} ms past the empty "
+                         f"calls' against {esc['tail_budget_ms']:.4f} ms, standard error "
+                         f"{esc.get('tail_noise_ms', 0.0):.4f} ms")
             raise StageFailure(self.stage, "timing_unreliable",
-                               f"{who}the judge's round trip was too noisy to bound the runner's "
-                               f"timing (standard error {esc['noise_ms']:.4f} ms per call; "
-                               f"{usable}): the host is too loaded to measure on; run again on a "
-                               "quieter one", origin="infrastructure", detail=esc)
+                               f"{who}the host's timing was too noisy to tell whether work escaped "
+                               f"the timed region ({what}): the host is too loaded to measure on; "
+                               "run again on a quieter one", origin="infrastructure", detail=esc)
         return esc
 
 

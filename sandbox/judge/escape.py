@@ -75,17 +75,30 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
         out["noise_ms"] = noise
         # A round trip too noisy to bound the runner's events by even NOISE_CAP_MS: not
         # evidence against the candidate (a loaded host makes it), but no pass either; a
-        # runner could widen the budget by making its replies noisy.
-        out["unreliable"] = 4.0 * noise > NOISE_CAP_MS
+        # runner could widen the budget by making its replies noisy. Nor is a difference
+        # within four standard errors of the budget. And a noisy round trip is no evidence
+        # however far over the budget its median lies: on an H200 host whose CPUs ran 24
+        # torch imports, honest 1 ms calls (A/A, the same source on both sides) came back
+        # 3.1-3.3 ms later than the empty calls beside them (standard error 0.27-0.67 ms):
+        # a call that waits on the device is descheduled and waits again for a CPU, an empty
+        # call is not. That was `work_escaped_timing`, blamed on the candidate (2026-12-02).
+        out["unreliable"] = 4.0 * noise > NOISE_CAP_MS or budget < hidden <= budget + 4.0 * noise
+        out["escaped"] = hidden > budget and not out["unreliable"]
     if device != "cpu" and tails and noop_tails:
         # Honest tails on an H200 spread -5.4..+8.3 us around the empty call's (the host's
         # latency between the sync returning and the marker being recorded, under the
-        # runner's seccomp filter): a 20 us floor.
+        # runner's seccomp filter): a 20 us floor. The device's own evidence: it decides
+        # even when the judge's round trip was too noisy to, unless the tails themselves
+        # are over their budget by less than four standard errors (the same host latency).
         tail_budget = max(0.02, 0.2 * med_ms)
         tail_hidden = _median(tails) - _median(noop_tails)
-        out.update({"tail_hidden_ms": tail_hidden, "tail_budget_ms": tail_budget})
-        if tail_hidden > tail_budget:
+        tail_noise = _noise(tails, [0.0] * len(tails), noop_tails)
+        out.update({"tail_hidden_ms": tail_hidden, "tail_budget_ms": tail_budget,
+                    "tail_noise_ms": tail_noise})
+        if tail_hidden > tail_budget + 4.0 * tail_noise:
             out.update({"escaped": True, "hidden_ms": tail_hidden, "budget_ms": tail_budget})
+        elif tail_hidden > tail_budget and not out["escaped"]:
+            out["unreliable"] = True
     return out
 
 

@@ -179,3 +179,74 @@ def test_an_unreliable_cpu_escape_check_says_what_it_saw() -> None:
     err = info.value.error
     assert (err.code, err.origin) == ("timing_unreliable", "infrastructure")
     assert "against a budget of" in err.message and "0.1000 ms is usable" not in err.message
+
+
+def _loaded_host_1ms_calls(rng: random.Random, n: int = 40) -> tuple[list[float], list[float],
+                                                                        list[float]]:
+    """Honest 1 ms calls on an H200 host whose CPUs ran two dozen torch imports (A/A,
+    2026-12-02): each real call, which waits on the device, came back ~3.3 ms later than the
+    empty call beside it, with a spread of a few ms; the events themselves were true."""
+    ms = [1.06 + rng.uniform(-0.002, 0.002) for _ in range(n)]
+    judge = [m + 0.67 + 3.3 + rng.gauss(0, 1.5) for m in ms]
+    noop = [0.67 + rng.expovariate(1 / 0.3) for _ in range(n)]
+    return ms, judge, noop
+
+
+def test_a_loaded_gpu_host_far_over_the_budget_with_a_noisy_round_trip_is_no_evidence() -> None:
+    """Seen twice as `work_escaped_timing` blamed on honest candidates: hidden 3.08-3.34 ms
+    against 0.4 ms, standard error 0.27-0.67 ms. A round trip that noisy bounds nothing,
+    however far its median lies: timing_unreliable, and never a pass."""
+    for seed in range(20):
+        ms, judge, noop = _loaded_host_1ms_calls(random.Random(seed))
+        out = escaped_time(ms, judge, noop, "cuda", tails=[0.006] * 40, noop_tails=[0.006] * 40)
+        assert out["hidden_ms"] > 2.0 and 4 * out["noise_ms"] > 0.4, out
+        assert out["unreliable"] and not out["escaped"], out
+
+
+def test_a_gpu_round_trip_just_over_the_budget_within_its_noise_is_unreliable() -> None:
+    ms = [0.05] * 40
+    judge = [0.05 + 0.55 + 0.23 + (0.04 if i % 2 else -0.04) for i in range(40)]
+    out = escaped_time(ms, judge, [0.55] * 40, "cuda", tails=[0.006] * 40, noop_tails=[0.006] * 40)
+    assert out["budget_ms"] < out["hidden_ms"] <= out["budget_ms"] + 4 * out["noise_ms"], out
+    assert out["unreliable"] and not out["escaped"], out
+
+
+def test_work_past_the_end_event_is_flagged_by_the_tail_beside_a_noisy_round_trip() -> None:
+    """The device's idle tail is not the host's clock: a side stream still running 0.5 ms
+    past the end event is caught even where the round trip was too noisy to judge."""
+    ms, judge, noop = _loaded_host_1ms_calls(random.Random(1))
+    rng = random.Random(2)
+    tails = [0.006 + 0.5 + rng.uniform(0, 0.004) for _ in ms]
+    out = escaped_time(ms, judge, noop, "cuda", tails=tails, noop_tails=[0.006] * len(ms))
+    assert out["escaped"] and out["hidden_ms"] > 0.49, out
+
+
+def test_a_tail_over_its_budget_by_less_than_its_noise_is_unreliable_not_escaped() -> None:
+    rng = random.Random(3)
+    tails = [0.006 + 0.03 + rng.uniform(-0.06, 0.06) for _ in range(40)]  # a jittery host
+    out = escaped_time([0.004] * 40, [0.55] * 40, [0.55] * 40, "cuda", tails=tails,
+                       noop_tails=[0.006] * 40)
+    assert out["tail_budget_ms"] < out["tail_hidden_ms"] <= (
+        out["tail_budget_ms"] + 4 * out["tail_noise_ms"]), out
+    assert out["unreliable"] and not out["escaped"], out
+
+
+def test_an_unreliable_gpu_escape_check_names_both_clocks_and_blames_no_one() -> None:
+    from types import SimpleNamespace
+    from typing import Any
+
+    import pytest
+
+    from sandbox.contract.failure import StageFailure
+    from sandbox.judge.benchmark import SideClock
+
+    ms, judge, noop = _loaded_host_1ms_calls(random.Random(4))
+    ev: Any = SimpleNamespace(dev="cuda")
+    clock = SideClock(ev, SimpleNamespace(), "accept")  # type: ignore[arg-type]
+    clock.ms, clock.judge_ms, clock.noop_overhead = ms, judge, noop
+    clock.tails, clock.noop_tails = [0.006] * 40, [0.006] * 40
+    with pytest.raises(StageFailure) as info:
+        clock.raise_if_escaped("candidate: ")
+    err = info.value.error
+    assert (err.code, err.origin) == ("timing_unreliable", "infrastructure")
+    assert "0.1000 ms is usable" in err.message and "standard error" in err.message
