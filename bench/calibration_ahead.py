@@ -26,12 +26,13 @@ fails loses only its own decision (recorded in ``errors``); :data:`MAX_FAILURES_
 failures in a row stop the workload, since the cause is then not one sandbox (a failure is
 known only once its sandbox gave the gate back, so the next one prepared may still run).
 
-The host's CPUs are cut into ``K + 1`` slices, and sandbox ``i`` runs on slice ``i mod (K+1)``
-(its launching thread's affinity, which every process of a bwrap sandbox inherits): the
-``K + 1`` live sandboxes have consecutive numbers, so a sandbox importing torch for up to 15
-runner pairs never shares a core with the one measuring. Without it, that burst (12-30
-imports on 16 cores) ran beside the first decision of each turn and lost 12 of 78 sandboxes
-to ``timing_unreliable`` (2026-12-02). No split where a slice would have fewer than
+The host's CPUs are cut into ``K + 1`` slices, and each sandbox runs on a slice no live
+sandbox holds (its launching thread's affinity, which every process of a bwrap sandbox
+inherits; there are ``K + 1`` workers), so a sandbox importing torch for up to 15 runner
+pairs never shares a core with the one measuring. Without it, that burst (12-30 imports on
+16 cores) ran beside the first decision of each turn and lost 12 of 78 sandboxes to
+``timing_unreliable`` (2026-12-02). (Slices by sandbox number instead failed at the start:
+the first two sandboxes race to the gate, and the second's turn came first.) No split where a slice would have fewer than
 :data:`sandbox.judge.prestart.MIN_CPUS_AHEAD` CPUs (the judge then starts no pairs ahead),
 and none on docker, whose containers do not inherit it.
 """
@@ -144,6 +145,7 @@ class AheadRun:
         self.failures_in_row = 0
         self.slices = cpu_slices(sorted(os.sched_getaffinity(0)), ahead + 1) \
             if getattr(backend, "name", "") == "bwrap" else []
+        self.held: set[int] = set()  # slices of live sandboxes
 
     def run(self) -> Result:
         workers = [threading.Thread(target=self._worker, name=f"cal-ahead-{i}", daemon=True)
@@ -204,6 +206,21 @@ class AheadRun:
 
     # ---- one sandbox, ``want`` decisions, each with a fresh runner pair ------------------
     def _one(self, s: dict[str, Any], idx: int, want: int) -> None:
+        mine = os.sched_getaffinity(0)
+        with self.lock:  # K + 1 workers, K + 1 slices: one is always free
+            sl = next((i for i in range(len(self.slices)) if i not in self.held), None)
+            if sl is not None:
+                self.held.add(sl)
+        cpus = self.slices[sl] if sl is not None else mine
+        os.sched_setaffinity(0, cpus)  # this thread's: the sandbox it launches inherits it
+        try:
+            self._sandbox(s, idx, want, f"{min(cpus)}-{max(cpus)}")
+        finally:
+            os.sched_setaffinity(0, mine)
+            with self.lock:
+                self.held.discard(-1 if sl is None else sl)
+
+    def _sandbox(self, s: dict[str, Any], idx: int, want: int, cpus: str) -> None:
         name = s["name"]
         scen = {k: v for k, v in s.items() if k not in ("budget_s", "weight")}
         scen.update(decisions=want, fresh_runners=True, budget_s=self.run_s)
@@ -213,9 +230,6 @@ class AheadRun:
                                                         pairs=int(s["pairs"])))
         lim = Limits(compile_s=120, run_s=self.run_s, memory_mib=65536)
         started = time.monotonic()
-        mine = os.sched_getaffinity(0)
-        cpus = self.slices[idx % len(self.slices)] if self.slices else mine
-        os.sched_setaffinity(0, cpus)  # this thread's: the sandbox it launches inherits it
         staged = stage(req, self.files, lim, prefix="kgrader-cal-", gated=True)
         turn = DecisionTurn(self.gate, staged.out_dir / wire.GATE_NAME,
                             lambda: self._refuse(name, int(s["decisions"])))
@@ -244,8 +258,7 @@ class AheadRun:
         finally:
             turn.release()  # a no-op once the supervisor gave it back
             discard(staged)
-            os.sched_setaffinity(0, mine)
-        self._record(name, idx, started, turn, got, errors, f"{min(cpus)}-{max(cpus)}")
+        self._record(name, idx, started, turn, got, errors, cpus)
 
     def _record(self, name: str, idx: int, started: float, turn: DecisionTurn,
                 got: list[dict[str, Any]], errors: list[dict[str, Any]], cpus: str = "") -> None:

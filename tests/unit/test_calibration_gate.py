@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -204,3 +205,36 @@ def test_cpu_slices_give_each_live_sandbox_cores_of_its_own() -> None:
 @pytest.mark.parametrize(("ncpu", "n"), [(16, 1), (7, 2), (15, 4), (2, 2)])
 def test_no_split_where_a_slice_would_be_too_small_for_pairs_ahead(ncpu: int, n: int) -> None:
     assert ahead.cpu_slices(list(range(ncpu)), n) == []
+
+
+def test_live_sandboxes_never_share_a_slice_whatever_order_they_end_in() -> None:
+    """Each sandbox launches with its thread's affinity set to a slice no live sandbox
+    holds; the ends come in random order (slices by sandbox number failed when the second
+    sandbox's turn came first). Two slices of one CPU each stand in for a host's halves."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    rng = random.Random(7)
+    live: list[str] = []
+    seen: list[tuple[str, set[int]]] = []
+
+    class Run(ahead.AheadRun):  # type: ignore[misc, name-defined]
+        def _sandbox(self, s: dict[str, object], idx: int, want: int, label: str) -> None:
+            with self.lock:
+                assert label not in live, (label, live)
+                live.append(label)
+                seen.append((label, os.sched_getaffinity(0)))
+            time.sleep(rng.uniform(0.0, 0.02))
+            with self.lock:
+                live.remove(label)
+            self._record(str(s["name"]), idx, 0.0, _Turn(float(idx)),
+                         [{"t_cur": [1.0], "t_cand": [1.0]}] * want, [])
+
+    run = Run([{"name": "aa", "decisions": 40, "pairs": 30}], {}, None, "", device="cpu",
+              backend=None, ahead=1, budget_s=60.0, gate=MeasureGate("test"), origin=0.0)
+    run.slices = [{cpus[0]}, {cpus[1]}]
+    res = run.run()
+    assert len(res.cal["aa"]["decisions"]) == 40 and not run.held
+    assert {label for label, _ in seen} == {f"{cpus[0]}-{cpus[0]}", f"{cpus[1]}-{cpus[1]}"}
+    assert all(aff == {int(label.split("-")[0])} for label, aff in seen)
+    assert os.sched_getaffinity(0) == set(cpus)  # the workers restored theirs; this thread untouched
