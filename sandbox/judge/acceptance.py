@@ -131,26 +131,33 @@ def check_idle(probe: IdleProbe, last: Side, cur: Side,
     ``foreign_on()`` (asked only when the device is busy): why its work cannot be
     attributed to this sandbox (NVML sees compute processes the judge did not start, or
     cannot tell). A busy device is the last side's fault only when NVML shows none and the
-    probe waited a time slice (BLAME_MS); otherwise the timing is unreliable
-    (infrastructure, retried): never a pass either."""
+    probe waited a time slice (BLAME_MS) beyond the judge's own wait for a CPU during it
+    (``probe.cpu_wait_ms``: a host whose CPUs are all busy lengthens a probe as another
+    context's kernel does); otherwise the timing is unreliable (infrastructure, retried):
+    never a pass either."""
     busy = probe.busy()
     if busy is None:
         return
     foreign = foreign_on()
-    if foreign is not None or busy < BLAME_MS:
-        why = foreign or (f"a probe of {busy:.3f} ms is under the {BLAME_MS} ms of a time slice "
-                          "of another context: the host's load or another process's kernel")
+    wait = probe.cpu_wait_ms
+    if foreign is not None or busy - wait < BLAME_MS:
+        why = foreign or (
+            f"a probe of {busy:.3f} ms, {wait:.3f} ms of it the judge's wait for a CPU, leaves "
+            f"under the {BLAME_MS} ms of a time slice of another context: the host's load or "
+            "another process's kernel")
         raise StageFailure("accept", "timing_unreliable",
                            f"the device was not idle between paired calls (probe {busy:.3f} ms "
                            f"against {probe.limit_ms:.3f} ms) and the work is not attributable "
                            f"to either side: {why}", origin="infrastructure",
-                           detail={"probe_ms": busy, "limit_ms": probe.limit_ms})
+                           detail={"probe_ms": busy, "limit_ms": probe.limit_ms,
+                                   "judge_cpu_wait_ms": wait})
     e = StageFailure("accept", "gpu_busy_between_calls",
                      f"after this side's call returned, the device stayed busy: the judge's own "
                      f"probe took {busy:.3f} ms against {probe.limit_ms:.3f} ms on an idle device "
                      "(work left running in a CUDA context of the runner's own would slow the "
                      "other side's timed calls)",
-                     detail={"probe_ms": busy, "limit_ms": probe.limit_ms, "idle_ms": probe.idle_ms})
+                     detail={"probe_ms": busy, "limit_ms": probe.limit_ms, "idle_ms": probe.idle_ms,
+                             "judge_cpu_wait_ms": wait})
     raise (e.renamed("current_") if last is cur else e)
 
 

@@ -13,10 +13,17 @@ takes tens of microseconds; while another context holds the GPU the kernel waits
 time slice (a millisecond or more). A probe over the limit is repeated; only a device
 that stays busy counts, and the side that ran last is the one whose work outlived its
 call.
+
+A probe is timed on the host's clock, so a host whose CPUs are all busy lengthens it too:
+the judge's thread, runnable, waits for a CPU. The kernel counts that wait for each thread
+(``/proc/thread-self/schedstat``, its second field); each probe records it
+(``cpu_wait_ms`` of the probe :meth:`IdleProbe.busy` returns), so that a verdict against a
+side rests on the time the device kept the judge waiting, not on the host's load.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -37,27 +44,44 @@ class IdleProbe:
     def __init__(self) -> None:
         self._x = torch.zeros(1, device="cuda")
         torch.cuda.synchronize()
-        idle = [self._once() for _ in range(CALIBRATION_PROBES)]
+        idle = [self._once()[0] for _ in range(CALIBRATION_PROBES)]
         self.idle_ms = stats.median(idle)
         self.limit_ms = max(FLOOR_MS, FACTOR * self.idle_ms)
         self.worst_ms = 0.0
+        self.cpu_wait_ms = 0.0  # the judge's wait for a CPU during the probe busy() returned
 
-    def _once(self) -> float:
+    def _once(self) -> tuple[float, float]:
+        """One probe: (ms on the host's clock, ms of it the judge's thread waited for a CPU)."""
+        w0 = run_queue_wait_ms()
         t0 = time.perf_counter()
         self._x.add_(1.0)
         torch.cuda.synchronize()
-        return (time.perf_counter() - t0) * 1e3
+        ms = (time.perf_counter() - t0) * 1e3
+        w1 = run_queue_wait_ms()
+        return ms, (w1 - w0 if w0 is not None and w1 is not None else 0.0)
 
     def busy(self) -> float | None:
         """The fastest of REPEATS probes when all exceed the limit (the device stayed busy),
-        else None."""
-        best = self._once()
+        else None; ``cpu_wait_ms`` is that probe's wait for a CPU."""
+        best, wait = self._once()
         for _ in range(REPEATS - 1):
             if best <= self.limit_ms:
                 break
-            best = min(best, self._once())
+            ms, w = self._once()
+            if ms < best:
+                best, wait = ms, w
         self.worst_ms = max(self.worst_ms, best if best <= self.limit_ms else 0.0)
+        self.cpu_wait_ms = wait
         return best if best > self.limit_ms else None
+
+
+def run_queue_wait_ms() -> float | None:
+    """How long the calling thread has waited, runnable, for a CPU since it started (ms; the
+    kernel's schedstat ``run_delay``); None where the kernel does not say."""
+    with contextlib.suppress(OSError, ValueError, IndexError), \
+            open("/proc/thread-self/schedstat", encoding="ascii") as f:
+        return int(f.read().split()[1]) / 1e6
+    return None
 
 
 _PROBE: list[IdleProbe] = []
