@@ -245,8 +245,10 @@ class AheadRun:
                                    + run.outcome.stderr[-800:].decode("utf-8", "replace")})
                 else:
                     errors += [dataclasses.asdict(e) for e in rec.errors]
-                    got = [{**d, "phases": dict(rec.phases)} for d in
-                           (rec.calibration or {}).get(name, {}).get("decisions", [])]
+                    mine = (rec.calibration or {}).get(name, {})
+                    got = [{**d, "phases": dict(rec.phases)} for d in mine.get("decisions", [])]
+                    # decisions the judge dropped as timing_unreliable, the sandbox going on
+                    errors += [{**e, "dropped": True} for e in mine.get("dropped", [])]
                     if not got and not errors:
                         errors.append({"code": "no_decision", "message": str(
                             (rec.calibration or {}).get(name, {}).get("stopped", "none made"))})

@@ -13,6 +13,12 @@ instead of shifting them all. A sandbox has 32 runner uids, never reused: such a
 stops when they run out (``stopped``), and the host starts another sandbox. Each decision
 also records each side's median event time of an empty call (``empty_cur``,
 ``empty_cand``): whether an offset between two runners lies in their timing path itself.
+With ``fresh_runners``, a decision whose measurement ended ``timing_unreliable``
+(infrastructure: the host too loaded to time on, which an acceptance would retry) is dropped
+and recorded in ``dropped``, and the next decision gets its fresh pair as usual; after
+:data:`MAX_DROPPED` of them the failure ends the run, as any other does. (A decision lost
+that way ended its whole sandbox before: on the H200, 10 of 24 sandboxes lost 2-10
+decisions each.)
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from sandbox.contract.failure import StageFailure
 from sandbox.judge import prestart
 from sandbox.judge.acceptance import measure_pairs
 from sandbox.judge.benchmark import warm_up
@@ -28,6 +35,7 @@ from sandbox.judge.sides import Side, paired_buffers
 from sandbox.launcher.identity import runner_ids_left
 
 NEXT_MARGIN = 1.5  # times the mean decision so far that must be left for the next one
+MAX_DROPPED = 3  # timing_unreliable decisions a scenario drops before the failure ends the run
 
 
 def _sig(x: float) -> float:
@@ -42,9 +50,11 @@ def run_calibration(ev: Evaluation) -> None:
         t0 = time.monotonic()
         fresh = bool(sc.get("fresh_runners", False))
         decisions: list[dict[str, Any]] = []
+        dropped: list[dict[str, str]] = []  # in the record only when there are some
         out[sc["name"]] = {"decisions": decisions, "seconds": 0.0}
         sides: tuple[Side, Side] | None = None
-        for n in range(int(sc.get("decisions", ev.req.calibrate.decisions))):
+        want, n = int(sc.get("decisions", ev.req.calibrate.decisions)), 0
+        while len(decisions) < want:
             # The next decision must fit, at the mean so far (fresh runners: their imports
             # too) with NEXT_MARGIN: a loaded host makes fewer decisions, never a timeout.
             need = NEXT_MARGIN * (time.monotonic() - t0) / n if n else 0.0
@@ -53,6 +63,7 @@ def run_calibration(ev: Evaluation) -> None:
                 if n:
                     out[sc["name"]]["stopped"] = "the run's time is used up"
                 break
+            n += 1  # measurements begun, made or dropped
             if sides is not None and fresh:
                 for side in sides:
                     ev.close_side(side)
@@ -65,8 +76,17 @@ def run_calibration(ev: Evaluation) -> None:
                 sides = _open(ev, sc)
             cand, cur = sides
             empty: dict[str, float] = {}
-            d = measure_pairs(ev, cand, cur, int(sc.get("pairs", ev.req.calibrate.pairs)), False,
-                              calls_per_pair=int(sc.get("calls_per_pair", 1)), empty=empty)
+            try:
+                d = measure_pairs(ev, cand, cur, int(sc.get("pairs", ev.req.calibrate.pairs)),
+                                  False, calls_per_pair=int(sc.get("calls_per_pair", 1)),
+                                  empty=empty)
+            except StageFailure as e:
+                if not (fresh and e.error.origin == "infrastructure"
+                        and e.error.code.endswith("timing_unreliable")) or len(dropped) >= MAX_DROPPED:
+                    raise
+                dropped.append({"code": e.error.code, "message": e.error.message[:400]})
+                out[sc["name"]]["dropped"] = dropped
+                continue  # this pair is closed at the top of the loop; the next is fresh
             decisions.append({"t_cur": [_sig(t) for t in d.t_cur], "t_cand": [_sig(t) for t in d.t_cand],
                               "empty_cur": _sig(empty["cur"]), "empty_cand": _sig(empty["cand"])})
             out[sc["name"]]["seconds"] = round(time.monotonic() - t0, 2)
