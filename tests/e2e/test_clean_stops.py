@@ -284,12 +284,16 @@ def test_leaderboard_state_is_locked_and_sigterm_stops_every_worker(tmp_path: Pa
 @pytest.mark.parametrize("case", ["records_is_file", "out_is_file", "report_json_is_dir",
                                   "state_is_dir", "state_under_file", "demo_out_is_file"])
 def test_unwritable_output_paths_are_refused_before_grading(tmp_path: Path, case: str) -> None:
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
+    # "Before grading": nothing staged in TMPDIR, and the answer came sooner than any
+    # grading could end. `run` grades a candidate that sleeps 600 s in its import (the
+    # call's 60 s limit would fire); a leaderboard grades its reference and three
+    # submissions first (over 30 s idle, minutes under load). A fixed 5 s bound failed
+    # beside two evaluations per core: the refusals took 7-17 s there, the CLI's start-up.
+    tmpdir, sleepy = _sleepy(tmp_path)
     afile = tmp_path / "afile"
     afile.write_text("x")
-    good = EXAMPLE / "candidates" / "good.py"
-    run = ["run", str(EXAMPLE), str(good), "--backend", "bwrap", "--device", "cpu"]
+    run = ["run", str(EXAMPLE), str(sleepy), "--backend", "bwrap", "--device", "cpu",
+           "--compile-s", "600", "--run-s", "600"]
     board = ["leaderboard", "run", "--tasks", str(EXAMPLE), "--submissions",
              str(ROOT / "examples" / "leaderboard" / "submissions"), "--device", "cpu",
              "--backend", "bwrap"]
@@ -306,7 +310,7 @@ def test_unwritable_output_paths_are_refused_before_grading(tmp_path: Path, case
     t0 = time.monotonic()
     p = _kgrader(args, tmpdir, timeout=60)
     took = time.monotonic() - t0
-    assert p.returncode == 2 and took < 5, (took, p.stderr[-2000:])
+    assert p.returncode == 2 and (args[0] == "run" or took < 30), (took, p.stderr[-2000:])
     assert p.stderr.startswith("error: ") and message in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and p.stdout == ""
     assert list(tmpdir.iterdir()) == [], "something was staged before the refusal"

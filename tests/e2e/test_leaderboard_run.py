@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -23,6 +24,8 @@ import pytest
 
 from grader.leaderboard.aggregate import board
 from grader.leaderboard.state import State
+
+from .conftest import retried
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.bwrap
@@ -67,11 +70,12 @@ def kgrader(*args: str, env: dict[str, str] | None = None,
 
 def recorded(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``kgrader leaderboard ARGS`` run again, as an operator does, while it ends saying an
-    infrastructure fault (a CPU too busy to time the tiny kernel) is retried next run."""
-    for _ in range(4):
-        p = kgrader(*args, env=env, check=False)
-        if p.returncode != 2 or "will be retried next run" not in p.stderr:
-            break
+    infrastructure fault (a CPU too busy to time the tiny kernel) is retried next run: a
+    little later each time, for the load to pass (four runs in a row met it beside the
+    suite's own workers and two evaluations per core)."""
+    p = retried(lambda: kgrader(*args, env=env, check=False),
+                lambda p: p.returncode == 2 and "will be retried next run" in p.stderr,
+                tries=6, wait_s=10.0)
     assert p.returncode == 0, p.stderr[-3000:]
     return p
 
@@ -165,11 +169,22 @@ def test_sigkill_mid_run_then_restart_loses_and_redoes_nothing(tmp_path: Path) -
     with State.open(state, create=False) as st:
         before = {r.key: r.finished_at for r in st.evaluations()}
     assert 2 <= len(before) < 6, f"kill came too late to test a resume: {len(before)} rows"
-    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+    runs: list[subprocess.CompletedProcess[str]] = []
+
+    def restart() -> subprocess.CompletedProcess[str]:
+        runs.append(subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800))
+        return runs[-1]
+
+    # Again while an infrastructure fault (the tiny kernel's timing on a loaded CPU) is
+    # "retried next run", as an operator does.
+    p = retried(restart, lambda p: p.returncode == 2 and "will be retried next run" in p.stderr,
+                tries=6, wait_s=10.0)
     assert p.returncode == 0, p.stderr[-3000:]
     with State.open(state, create=False) as st:
         after = {r.key: r.finished_at for r in st.evaluations()}
-    assert f"evaluated {len(after) - len(before)}," in p.stderr  # only the missing ones ran
+    ran = [re.search(r"evaluated (\d+),", r.stderr) for r in runs]
+    assert all(ran) and sum(int(m.group(1)) for m in ran if m) == len(after) - len(before), \
+        [r.stderr[-500:] for r in runs]  # only the missing ones ran
     assert {k: after[k] for k in before} == before  # finished ones kept, none redone
     subs_done = {k[0] for k in after if k[3] == "main"}
     assert subs_done == {"a", "b", "c", "d"}

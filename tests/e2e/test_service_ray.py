@@ -264,13 +264,16 @@ def test_the_server_grades_again_once_the_cluster_is_back(server: Server, cluste
         time.sleep(1)
     job = _submit(server, tok, "good")
     time.sleep(2)
-    assert _jobs(server)[job].state == "queued"
+    queued = _jobs(server)[job]
+    assert (queued.state, queued.attempts) == ("queued", 0), queued  # no attempt spent on a lost cluster
     back: Any = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "gcs_server_port": port, "include_dashboard": False})
     try:
         assert back.address.endswith(f":{port}")
         j = _wait(server, [job], ("done", "failed"), 150)[job]
-        assert (j.state, j.verdict, j.attempts) == ("done", "passed", 1), j
+        # More than one attempt only where the host's load spoiled the timing (an
+        # infrastructure fault, re-queued): seen beside two evaluations per core.
+        assert (j.state, j.verdict) == ("done", "passed") and j.attempts >= 1, j
         assert _node(j.worker) == back.head_node.node_id
         assert _health(server)["ok"] and _health(server)["ray"]["state"] == "connected"
     finally:
