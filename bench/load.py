@@ -242,13 +242,19 @@ def attempt(tree: Path, job: Job, timeout: float) -> dict[str, Any]:
     return row
 
 
+STOPPING = threading.Event()  # SIGINT/SIGTERM: no attempt starts, the running ones finish
+
+
 def grade(tree: Path, job: Job, retries: int, timeout: float, sink: Sink,
           stop_at: float = float("inf")) -> Outcome:
     out = Outcome(job, "no_verdict")
-    if time.monotonic() > stop_at:
+    if time.monotonic() > stop_at or STOPPING.is_set():
         out.verdict = "not_started"
         return out
     for n in range(retries + 1):
+        if n and STOPPING.is_set():
+            out.verdict = "interrupted"  # before its retry: no verdict, and not counted as one
+            return out
         row = attempt(tree, job, timeout)
         row["attempt"] = n
         out.attempts.append(row)
@@ -281,8 +287,9 @@ class Sink:
 
 def summarise(outcomes: list[Outcome], meta: dict[str, Any]) -> dict[str, Any]:
     skipped = sum(o.verdict == "not_started" for o in outcomes)
-    outcomes = [o for o in outcomes if o.verdict != "not_started"]
-    meta = {**meta, "not_started_at_max_wall": skipped}
+    cut = sum(o.verdict == "interrupted" for o in outcomes)
+    outcomes = [o for o in outcomes if o.verdict not in ("not_started", "interrupted")]
+    meta = {**meta, "not_started_at_max_wall": skipped, "interrupted_before_a_retry": cut}
     honest = [o for o in outcomes if o.job.kind == "honest"]
     cheats = [o for o in outcomes if o.job.kind == "cheat"]
     retried = [a for o in outcomes for a in o.attempts[:-1]] + \
@@ -339,8 +346,9 @@ def main() -> None:
     out = a.out or REPO / "bench" / "results" / f"load-{day}.jsonl"
     if a.docker_every and shutil.which("docker") is None:
         sys.exit("docker is not installed: pass --docker-every 0")
-    # SIGTERM unwinds like Ctrl-C: the temporary tree goes (each ``kgrader run`` cleans up
-    # after its own SIGINT/SIGTERM, which the process group delivers).
+    # SIGTERM unwinds like Ctrl-C: nothing new starts, the evaluations running finish (their
+    # tree is removed only after them: removed under them, they failed as the harness's
+    # fault), the summary covers what finished, exit 130. A second signal stops at once.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="kgrader-loadbench-") as tmp:
         work = Path(tmp)
@@ -356,19 +364,31 @@ def main() -> None:
         t0 = time.monotonic()
         stop_at = t0 + a.max_wall_s if a.max_wall_s else float("inf")
         pool = ThreadPoolExecutor(a.parallel)
+        futs = [pool.submit(grade, tree, j, a.retries, a.timeout, sink, stop_at) for j in jobs]
+        interrupted = False
         try:
-            outcomes = list(pool.map(lambda j: grade(tree, j, a.retries, a.timeout, sink, stop_at),
-                                     jobs))
-        finally:  # interrupted: start nothing more (the running kgrader runs got the signal)
-            pool.shutdown(wait=False, cancel_futures=True)
+            for f in futs:
+                f.result()
+        except KeyboardInterrupt:
+            interrupted = True
+            STOPPING.set()
+            print("load: stopping: nothing new starts; waiting for the running evaluations",
+                  file=sys.stderr, flush=True)
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        except KeyboardInterrupt:
+            print("load: stopped at once (a second signal): no summary", file=sys.stderr)
+            sys.exit(130)
+        outcomes = [f.result() for f in futs if f.done() and not f.cancelled()]
         meta = {"summary": True, "started": started, "commit": commit, "argv": sys.argv,
                 "cores": os.cpu_count(), "parallel": a.parallel, "field_timing": a.field_timing,
-                "wall_s": round(time.monotonic() - t0, 1)}
+                "wall_s": round(time.monotonic() - t0, 1), "interrupted": interrupted,
+                "not_started_at_stop": sum(f.cancelled() for f in futs)}
         summary = summarise(outcomes, meta)
         sink.write(summary)
     print(json.dumps(summary, indent=1))
     bad = summary["honest_rejections"] or summary["cheats_passed"] or summary["no_verdict_after_retries"]
-    sys.exit(1 if bad else 0)
+    sys.exit(1 if bad else 130 if interrupted else 0)
 
 
 if __name__ == "__main__":
