@@ -82,7 +82,13 @@ def escaped_time(ms: list[float], judge_ms: list[float], noop_overhead: list[flo
         # 3.1-3.3 ms later than the empty calls beside them (standard error 0.27-0.67 ms):
         # a call that waits on the device is descheduled and waits again for a CPU, an empty
         # call is not. That was `work_escaped_timing`, blamed on the candidate (2026-12-02).
-        out["unreliable"] = 4.0 * noise > NOISE_CAP_MS or budget < hidden <= budget + 4.0 * noise
+        # A noisy round trip whose median is within the budget (then NOISE_CAP_MS) passes,
+        # as it did before: blaming no one, it bounds what the runner hid by the cap, and
+        # honest runs make it (standard errors 0.17-0.36 ms, medians -3.4..-0.04 ms, in 4
+        # of 31 H200 runs; as timing_unreliable an honest paired vector_add failed on an
+        # idle H200).
+        noisy = 4.0 * noise > NOISE_CAP_MS
+        out["unreliable"] = hidden > budget and (noisy or hidden <= budget + 4.0 * noise)
         out["escaped"] = hidden > budget and not out["unreliable"]
     if device != "cpu" and tails and noop_tails:
         # Honest tails on an H200 spread -5.4..+8.3 us around the empty call's (the host's

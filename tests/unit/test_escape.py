@@ -96,14 +96,33 @@ def test_a_runner_shaving_its_events_beyond_the_noise_is_flagged() -> None:
     assert out["escaped"] and out["hidden_ms"] > out["budget_ms"], out
 
 
-def test_a_round_trip_too_noisy_to_bound_the_events_is_unreliable_not_a_pass() -> None:
-    # half the replies delayed by 2 ms (a loaded host, or a runner widening its own budget)
-    rng = random.Random(4)
-    ms = [0.005] * 25
-    judge = [m + 0.55 + (2.0 if rng.random() < 0.5 else 0.0) for m in ms]
-    noop = [0.55 + (2.0 if rng.random() < 0.5 else 0.0) for _ in ms]
-    out = escaped_time(ms, judge, noop, "cuda", tails=[0.006] * 25, noop_tails=[0.006] * 25)
-    assert out["unreliable"] and out["budget_ms"] <= 0.4, out
+def _delayed(hidden: float, seed: int) -> tuple[list[float], list[float], list[float]]:
+    """Replies, real and empty, delayed by ~1 ms on average (a loaded host, or a runner
+    making its own replies noisy); ``hidden`` ms per real call outside the events."""
+    rng = random.Random(seed)
+    ms = [0.005] * 40
+    judge = [m + 0.55 + hidden + rng.expovariate(1.0) for m in ms]
+    noop = [0.55 + rng.expovariate(1.0) for _ in ms]
+    return ms, judge, noop
+
+
+def test_a_round_trip_too_noisy_to_bound_the_events_passes_only_within_the_cap() -> None:
+    """Too noisy to bound the events by the floor: the budget is the cap (0.4 ms). A median
+    within it passes, as honest noisy runs on an H200 did (standard errors 0.17-0.36 ms,
+    medians -3.4..-0.04 ms); one over it is timing_unreliable, never a pass and never a
+    verdict against the candidate."""
+    for hidden, least_passed in ((0.0, 70), (1.0, 0)):
+        passed = 0
+        for seed in range(100):
+            ms, judge, noop = _delayed(hidden, seed)
+            out = escaped_time(ms, judge, noop, "cuda", tails=[0.006] * 40, noop_tails=[0.006] * 40)
+            assert 4 * out["noise_ms"] > 0.4 and out["budget_ms"] == 0.4, out
+            assert not out["escaped"], out
+            assert out["unreliable"] == (out["hidden_ms"] > 0.4), out
+            passed += not out["unreliable"]
+        assert passed >= least_passed, (hidden, passed)
+        if hidden > 0.4:
+            assert passed <= 5, passed  # what passes is what the noise put within the cap
 
 
 def test_a_runner_clock_that_saw_less_than_its_events_is_tampering_on_cuda() -> None:
