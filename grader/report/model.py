@@ -131,7 +131,9 @@ class TimingStats(_Model):
         description="Raw per-call figures behind the escape check, in call order: samples_ms "
                     "(the deciding times), judge_ms (the judge's round trip of each timed "
                     "call) and noop_overhead_ms (each interleaved empty call's round trip "
-                    "less its own events).")
+                    "less its own events); on the CPU also wait_ms and noop_wait_ms (the part "
+                    "of each timed and empty call's round trip its threads spent waiting for a "
+                    "CPU, taken off before the time is computed).")
 
 
 class RuleOutcome(_Model):

@@ -51,7 +51,9 @@ def timing_stats(spec: TaskSpec, t: wire.TimingRecord, device: str,
                        device_state=list(t.device_state), escape=dict(t.escape),
                        unmeasured=unmeasured,
                        clocks={"samples_ms": list(t.samples_ms), "judge_ms": list(t.judge_ms),
-                               "noop_overhead_ms": list(t.noop_overhead_ms)})
+                               "noop_overhead_ms": list(t.noop_overhead_ms),
+                               **({"wait_ms": list(t.wait_ms), "noop_wait_ms": list(t.noop_wait_ms)}
+                                  if t.wait_ms else {})})
 
 
 # Codes a stage's lack of time explains: memory pressure may be why the time ran out.

@@ -255,6 +255,9 @@ class TimingRecord:
     device_state_unmeasured: str | None = None
     escape: dict[str, float] = field(default_factory=dict)
     noop_overhead_ms: tuple[float, ...] = ()  # each empty call's round trip less its events
+    # the CPU: each timed / empty call's round trip spent waiting for a CPU (judge.cpu_wait)
+    wait_ms: tuple[float, ...] = ()
+    noop_wait_ms: tuple[float, ...] = ()
     launch_lead_us: float = 0.0  # device time queued ahead of each start event (CUDA)
 
 

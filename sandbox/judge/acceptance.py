@@ -84,7 +84,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
             c = clocks[id(side)]
             empty[name] = stats.median([j - o for j, o in zip(c.noop_judge, c.noop_overhead,
                                                                strict=True)])
-    base = stats.median(clocks[id(cur)].noop_judge + clocks[id(cand)].noop_judge)
+    base = stats.median(clocks[id(cur)].empty_ms() + clocks[id(cand)].empty_ms())
     return PairsRecord(t_cur=tuple(per_pair(clocks[id(cur)].samples(base), k)),
                        t_cand=tuple(per_pair(clocks[id(cand)].samples(base), k)))
 

@@ -40,6 +40,9 @@ class SideClock:
         self.noop_tails: list[float] = []
         self.host: list[tuple[float, float]] = []
         self.noop_host: list[tuple[float, float]] = []
+        # On the CPU, each round trip's wait for a CPU (sandbox.judge.cpu_wait), real and empty
+        self.waits: list[float] = []
+        self.noop_waits: list[float] = []
         self.deciding: int | None = None  # calls that decide the time (set by top_up())
 
     def add(self, r: dict[str, Any]) -> None:
@@ -47,22 +50,29 @@ class SideClock:
         self.judge_ms.append(r["judge_ms"])
         self.tails.append(r["tail_ms"])
         self.host.append(r.get("host_ms", (-1.0, -1.0)))
-        judge, ms, tail, host = self.ev.noop(self.side, self.stage)  # interleaved: load hits both
+        self.waits.append(r.get("wait_ms", 0.0))
+        judge, ms, tail, host, wait = self.ev.noop(self.side, self.stage)  # interleaved: load hits both
+        self.noop_waits.append(wait)
         self.noop_judge.append(judge)
         self.noop_overhead.append(judge - ms)
         self.noop_tails.append(tail)
         self.noop_host.append(host)
 
+    def empty_ms(self) -> list[float]:
+        """The empty calls' round trips less their waits for a CPU (the CPU's base)."""
+        return [j - w for j, w in zip(self.noop_judge, self.noop_waits, strict=True)]
+
     def samples(self, base: float | None = None) -> list[float]:
         """The times that decide: validated events on CUDA, the judge's clock on the CPU
-        (round trip minus ``base``, the empty-call round trip; paired sides pass one
-        pooled base so that no per-side estimate can favour either)."""
+        (round trip less its wait for a CPU, minus ``base``, the empty calls' median of the
+        same; paired sides pass one pooled base so that no per-side estimate can favour
+        either)."""
         n = len(self.ms) if self.deciding is None else self.deciding
         if self.ev.dev == "cuda":
             return list(self.ms[:n])
         if base is None:
-            base = stats.median(self.noop_judge)
-        raw = [j - base for j in self.judge_ms[:n]]
+            base = stats.median(self.empty_ms())
+        raw = [j - w - base for j, w in zip(self.judge_ms[:n], self.waits[:n], strict=True)]
         lost = sum(1 for x in raw if x <= 0)
         if raw and 2 * lost > len(raw):
             # Most calls took no longer than the empty calls beside them: the kernel's time
@@ -70,10 +80,11 @@ class SideClock:
             # the 1e-6 ms clamp under a loaded leaderboard re-run). No time, and no verdict.
             raise StageFailure(self.stage, "timing_unreliable",
                                f"{lost} of {len(raw)} timed calls took no longer than the empty "
-                               f"calls beside them ({stats.median(self.judge_ms[:n]):.4f} ms "
-                               f"against {base:.4f} ms): the host is too loaded to time this "
-                               "kernel on the CPU", origin="infrastructure",
-                               detail={"calls": len(raw), "not_longer": lost, "empty_ms": base})
+                               f"calls beside them ({stats.median([x + base for x in raw]):.4f} "
+                               f"ms against {base:.4f} ms, each less its wait for a CPU): the host "
+                               "is too loaded to time this kernel on the CPU", origin="infrastructure",
+                               detail={"calls": len(raw), "not_longer": lost, "empty_ms": base,
+                                       "cpu_wait_ms": stats.median(self.waits[:n])})
         return [max(x, 1e-6) for x in raw]
 
     def top_up(self, slots: list[Slot]) -> None:
@@ -182,6 +193,8 @@ def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
         std=float(summary["std"]), min=float(summary["min"]), max=max(samples),
         cv=float(summary["cv"]), n=int(summary["n"]), samples_ms=tuple(samples),
         judge_ms=tuple(clock.judge_ms), noop_overhead_ms=tuple(clock.noop_overhead),
+        wait_ms=tuple(clock.waits) if ev.dev == "cpu" else (),
+        noop_wait_ms=tuple(clock.noop_waits) if ev.dev == "cpu" else (),
         flagged_samples=int(esc["flagged"]),
         overhead_budget_ms=float(esc["budget_ms"]), checked_calls=checked,
         check_policy="all" if frac >= 1.0 else f"random {frac:.0%} (judge-chosen)",

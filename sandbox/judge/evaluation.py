@@ -28,7 +28,7 @@ from sandbox.contract.wire import (
     TaskWire,
     TimingRecord,
 )
-from sandbox.judge import prestart
+from sandbox.judge import cpu_wait, prestart
 from sandbox.judge.checks import check_outputs, track
 from sandbox.judge.clock import overrun
 from sandbox.judge.device import device_environment
@@ -218,12 +218,14 @@ class Evaluation:
         data = self.problem.call_data(slots)
         if data is not None:
             msg["data"] = data
+        waits = self._wait_mark(side)
         t0 = time.perf_counter()
         try:
             side.runner.send(msg)
         except RunnerFailure as e:
             raise self.failure(stage, e, where) from None
-        return _Pending(side, slots, inputs, views, guards, buf, t0, stage, deadline, expected, where)
+        return _Pending(side, slots, inputs, views, guards, buf, t0, stage, deadline, expected, where,
+                        waits)
 
     def _finish_call(self, p: _Pending, isolation: bool = True) -> dict[str, Any]:
         side, slots, inputs, views, guards, buf = p.side, p.slots, p.inputs, p.views, p.guards, p.buf
@@ -234,6 +236,7 @@ class Evaluation:
         except RunnerFailure as e:
             raise self.failure(stage, e, where) from None
         judge_ms = (time.perf_counter() - p.t0) * 1e3
+        wait_ms = self._waited_ms(side, p.waits, judge_ms)
         self.answered(side, judge_ms / 1e3)
         check_threads(side, stage, "when its call returned,")  # before any output is read
         if self.problem.returns and expected is not None:
@@ -279,7 +282,7 @@ class Evaluation:
         if why is not None or ms is None:
             raise StageFailure(stage, "timing_inconsistent",
                                f"the runner claimed {reply.get('ms')!r} ms: {why}")
-        return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms,
+        return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms, "wait_ms": wait_ms,
                 "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
                 "threads": int(reply.get("threads", -1)), "host_ms": host_ms(reply)}
 
@@ -325,13 +328,16 @@ class Evaluation:
         if stage in ("benchmark", "accept"):
             check_beside(self, stage)
 
-    def noop(self, side: Side, stage: ErrorStage) -> tuple[float, float, float, tuple[float, float]]:
+    def noop(self, side: Side, stage: ErrorStage
+             ) -> tuple[float, float, float, tuple[float, float], float]:
         """An empty timed call: (judge round trip, its validated event time, its idle tail,
-        the runner's host time before and after its timed region).
+        the runner's host time before and after its timed region, the round trip's wait for
+        a CPU on the CPU device).
 
         The runner's figures are validated against the judge's own round trip: finite,
         non-negative, and no longer than the round trip that contained them.
         """
+        waits = self._wait_mark(side)
         t0 = time.perf_counter()
         try:
             r = side.runner.request({"op": "call", "noop": True},
@@ -339,6 +345,7 @@ class Evaluation:
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
+        wait_ms = self._waited_ms(side, waits, judge_ms)
         ms, tail = number(r.get("ms")), number(r.get("tail_ms", 0.0))
         why = claim_problem(ms, number(r.get("wall_ms")), judge_ms, self.dev)
         if why is None and (tail is None or tail < 0):
@@ -346,7 +353,16 @@ class Evaluation:
         if why is not None or ms is None or tail is None:
             raise StageFailure(stage, "timing_inconsistent",
                                f"an empty call claimed {r.get('ms')!r} ms: {why}")
-        return judge_ms, ms, tail, host_ms(r)
+        return judge_ms, ms, tail, host_ms(r), wait_ms
+
+    def _wait_mark(self, side: Side) -> cpu_wait.Mark | None:
+        """The CPU-wait counters before a call (the CPU device only: its judge's clock decides)."""
+        return cpu_wait.mark(side.runner.proc.pid, park=True) if self.dev == "cpu" else None
+
+    def _waited_ms(self, side: Side, before: cpu_wait.Mark | None, judge_ms: float) -> float:
+        if before is None:
+            return 0.0
+        return cpu_wait.waited_ms(before, cpu_wait.mark(side.runner.proc.pid), judge_ms)
 
     # ---- result ----------------------------------------------------------------------
     def correctness_record(self) -> CorrectnessRecord | None:
@@ -396,3 +412,4 @@ class _Pending:
     deadline: float
     expected: dict[str, torch.Tensor] | None
     where: dict[str, Any]
+    waits: cpu_wait.Mark | None = None

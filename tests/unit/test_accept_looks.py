@@ -32,7 +32,7 @@ def _ev(left_s: float, t_cand: float, t_cur: float, noise: float = 0.0) -> Any:
     return SimpleNamespace(
         task=SimpleNamespace(acceptance=acc, correctness=SimpleNamespace(timed_check_fraction=1.0)),
         slots=lambda: [], inputs=lambda slots: {}, rng=random.Random(0), timed=timed, dev="cpu",
-        noop=lambda side, stage: (1.0, 0.0, 0.0, (0.0, 0.0)), run_deadline=0.0,
+        noop=lambda side, stage: (1.0, 0.0, 0.0, (0.0, 0.0), 0.0), run_deadline=0.0,
         left=lambda deadline: left_s, warnings=[])
 
 
