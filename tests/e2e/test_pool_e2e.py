@@ -121,7 +121,10 @@ def test_an_expired_warm_sandbox_is_discarded_with_nothing_left() -> None:
     procs = _sandbox_processes(sandbox.staged.root)
     assert len(procs) >= 4  # bwrap, the judge, its runner and its problem process at least
     bwrap_argv = procs[0].cmdline()
-    scratch = Path(bwrap_argv[bwrap_argv.index("/tmp") - 1]).parent
+    # the scratch folder bound on /tmp ("--bind SCRATCH/tmp /tmp"; a checkout under /tmp also
+    # has "--dir /tmp" before it, for its own ro-bind)
+    scratch = next(Path(bwrap_argv[i + 1]).parent for i in range(len(bwrap_argv) - 2)
+                   if bwrap_argv[i] == "--bind" and bwrap_argv[i + 2] == "/tmp")
     assert sandbox.wait_ended(60)
     assert "not used" in sandbox.turn.why
     left = [(p.pid, _status(p)) for p in procs if _status(p) not in ("gone", psutil.STATUS_ZOMBIE)]
