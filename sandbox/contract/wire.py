@@ -28,6 +28,9 @@ from sandbox.contract.wire_diagnostics import ProfileWire as ProfileWire
 from sandbox.contract.wire_diagnostics import SanitizerRecord as SanitizerRecord
 from sandbox.contract.wire_diagnostics import SanitizeTool as SanitizeTool
 from sandbox.contract.wire_diagnostics import SanitizeWire as SanitizeWire
+from sandbox.contract.wire_timing import AcceptanceRecord as AcceptanceRecord
+from sandbox.contract.wire_timing import PairsRecord as PairsRecord
+from sandbox.contract.wire_timing import TimingRecord as TimingRecord
 
 WIRE_VERSION = 2
 
@@ -228,50 +231,6 @@ class CorrectnessRecord:
     max_rel_error: float | None = None
     mismatch_fraction: float | None = None
     first_bad: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class TimingRecord:
-    mean: float
-    median: float
-    p95: float
-    std: float
-    min: float
-    max: float
-    cv: float
-    n: int
-    samples_ms: tuple[float, ...]
-    judge_ms: tuple[float, ...]
-    flagged_samples: int
-    overhead_budget_ms: float
-    checked_calls: int
-    check_policy: str
-    cache: Literal["cold", "hot"]
-    flush_bytes: int
-    dims: dict[str, int]
-    clock: Literal["cuda_event", "perf_counter"]
-    mode: Literal["events", "cuda_graph", "perf_counter"]
-    device_state: tuple[dict[str, Any], ...] = ()
-    device_state_unmeasured: str | None = None
-    escape: dict[str, float] = field(default_factory=dict)
-    noop_overhead_ms: tuple[float, ...] = ()  # each empty call's round trip less its events
-    # the CPU: each timed / empty call's round trip spent waiting for a CPU (judge.cpu_wait)
-    wait_ms: tuple[float, ...] = ()
-    noop_wait_ms: tuple[float, ...] = ()
-    launch_lead_us: float = 0.0  # device time queued ahead of each start event (CUDA)
-
-
-@dataclass(frozen=True)
-class PairsRecord:
-    t_cur: tuple[float, ...]
-    t_cand: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class AcceptanceRecord:
-    deciding: PairsRecord
-    replicate: PairsRecord | None = None
-    replicate_error: str | None = None
 
 
 @dataclass(frozen=True)

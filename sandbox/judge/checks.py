@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from sandbox.contract.failure import StageFailure
-from sandbox.contract.wire import CorrectnessWire, ErrorStage
+from sandbox.contract.wire import CorrectnessRecord, CorrectnessWire, ErrorStage
 from sandbox.problem.tensors import compare, dtype_code
 
 
@@ -51,3 +51,14 @@ def track(record: dict[str, Any], max_abs: float | None, max_rel: float | None,
                    ("mismatch_fraction", frac)):
         if v is not None and math.isfinite(v):
             record[key] = max(float(record.get(key) or 0.0), v)
+
+
+def correctness_record(c: dict[str, Any]) -> CorrectnessRecord | None:
+    """The tally :func:`track` and the checks kept, as the record's correctness section."""
+    if not c:
+        return None
+    return CorrectnessRecord(
+        passed=bool(c.get("passed", False)), checks=int(c.get("checks", 0)),
+        shapes_checked=tuple(c.get("shapes_checked", ())), seeds=int(c.get("seeds", 0)),
+        max_abs_error=c.get("max_abs_error"), max_rel_error=c.get("max_rel_error"),
+        mismatch_fraction=c.get("mismatch_fraction"), first_bad=c.get("first_bad"))

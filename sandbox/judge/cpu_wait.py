@@ -96,3 +96,15 @@ def waited_ms(before: Mark | None, after: Mark | None, round_trip_ms: float) -> 
     wait = max(0, after.judge_wait - before.judge_wait + runner) / 1e6
     ran = (after.runner_run - before.runner_run + others) / 1e6
     return max(0.0, min(wait, round_trip_ms - ran))
+
+
+def before_call(device: str, runner_pid: int) -> Mark | None:
+    """The judge's mark before a call: parked, on the CPU only (its judge's clock decides)."""
+    return mark(runner_pid, park=True) if device == "cpu" else None
+
+
+def after_call(before: Mark | None, runner_pid: int, round_trip_ms: float) -> float:
+    """The call's wait for a CPU, ms, from :func:`before_call`'s mark (0.0 without one)."""
+    if before is None:
+        return 0.0
+    return waited_ms(before, mark(runner_pid), round_trip_ms)

@@ -19,7 +19,6 @@ from sandbox.contract.text import clean
 from sandbox.contract.wire import (
     WIRE_VERSION,
     AcceptanceRecord,
-    CorrectnessRecord,
     DiagnosticsRecord,
     ErrorStage,
     ErrorWire,
@@ -29,7 +28,7 @@ from sandbox.contract.wire import (
     TimingRecord,
 )
 from sandbox.judge import cpu_wait, prestart
-from sandbox.judge.checks import check_outputs, track
+from sandbox.judge.checks import check_outputs, correctness_record, track
 from sandbox.judge.clock import overrun
 from sandbox.judge.device import device_environment
 from sandbox.judge.escape import claim_problem
@@ -218,7 +217,7 @@ class Evaluation:
         data = self.problem.call_data(slots)
         if data is not None:
             msg["data"] = data
-        waits = self._wait_mark(side)
+        waits = cpu_wait.before_call(self.dev, side.runner.proc.pid)
         t0 = time.perf_counter()
         try:
             side.runner.send(msg)
@@ -236,7 +235,7 @@ class Evaluation:
         except RunnerFailure as e:
             raise self.failure(stage, e, where) from None
         judge_ms = (time.perf_counter() - p.t0) * 1e3
-        wait_ms = self._waited_ms(side, p.waits, judge_ms)
+        wait_ms = cpu_wait.after_call(p.waits, side.runner.proc.pid, judge_ms)
         self.answered(side, judge_ms / 1e3)
         check_threads(side, stage, "when its call returned,")  # before any output is read
         if self.problem.returns and expected is not None:
@@ -337,7 +336,7 @@ class Evaluation:
         The runner's figures are validated against the judge's own round trip: finite,
         non-negative, and no longer than the round trip that contained them.
         """
-        waits = self._wait_mark(side)
+        waits = cpu_wait.before_call(self.dev, side.runner.proc.pid)
         t0 = time.perf_counter()
         try:
             r = side.runner.request({"op": "call", "noop": True},
@@ -345,7 +344,7 @@ class Evaluation:
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
-        wait_ms = self._waited_ms(side, waits, judge_ms)
+        wait_ms = cpu_wait.after_call(waits, side.runner.proc.pid, judge_ms)
         ms, tail = number(r.get("ms")), number(r.get("tail_ms", 0.0))
         why = claim_problem(ms, number(r.get("wall_ms")), judge_ms, self.dev)
         if why is None and (tail is None or tail < 0):
@@ -355,26 +354,7 @@ class Evaluation:
                                f"an empty call claimed {r.get('ms')!r} ms: {why}")
         return judge_ms, ms, tail, host_ms(r), wait_ms
 
-    def _wait_mark(self, side: Side) -> cpu_wait.Mark | None:
-        """The CPU-wait counters before a call (the CPU device only: its judge's clock decides)."""
-        return cpu_wait.mark(side.runner.proc.pid, park=True) if self.dev == "cpu" else None
-
-    def _waited_ms(self, side: Side, before: cpu_wait.Mark | None, judge_ms: float) -> float:
-        if before is None:
-            return 0.0
-        return cpu_wait.waited_ms(before, cpu_wait.mark(side.runner.proc.pid), judge_ms)
-
     # ---- result ----------------------------------------------------------------------
-    def correctness_record(self) -> CorrectnessRecord | None:
-        if not self.correctness:
-            return None
-        c = self.correctness
-        return CorrectnessRecord(
-            passed=bool(c.get("passed", False)), checks=int(c.get("checks", 0)),
-            shapes_checked=tuple(c.get("shapes_checked", ())), seeds=int(c.get("seeds", 0)),
-            max_abs_error=c.get("max_abs_error"), max_rel_error=c.get("max_rel_error"),
-            mismatch_fraction=c.get("mismatch_fraction"), first_bad=c.get("first_bad"))
-
     def phase(self, name: str, t0: float) -> None:
         """Record how long phase ``name`` took since monotonic time ``t0``."""
         self.phases[name] = round(time.monotonic() - t0, 4)
@@ -384,7 +364,7 @@ class Evaluation:
                       warnings=tuple(clean(w) for w in [*self.warnings, *labels(self)]),
                       device=self.device,
                       environment=device_environment(self.device), compile_s=self.compile_s,
-                      correctness=self.correctness_record(), timing=self.timing,
+                      correctness=correctness_record(self.correctness), timing=self.timing,
                       acceptance=self.acceptance, calibration=self.calibration,
                       diagnostics=self.diagnostics,
                       phases=dict(self.phases), judge_started=self.started_wall,
