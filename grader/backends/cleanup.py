@@ -46,6 +46,7 @@ __all__ = [
     "OWNER_FILE",
     "CleanupReport",
     "current_owner",
+    "group_of",
     "mark_kept",
     "mark_owner",
     "marked_here",
@@ -56,6 +57,7 @@ __all__ = [
     "reclaim_folders",
     "reclaim_orphans",
     "remove_quietly",
+    "set_owner_group",
     "sweep_orphans",
     "temp_base",
 ]
@@ -109,6 +111,20 @@ UNOWNED_AFTER_S = 24 * 3600.0
 SWEEP_EXIT_WAIT_S = 10.0
 _MARKER_MAX = 4096
 _marked: set[Path] = set()
+_group: list[str] = []
+
+
+def set_owner_group(group: str | None) -> None:
+    """Name the run this process's next folders belong to (a Ray task's driver run), so
+    that the run's stop can find them on a node after their owner was killed
+    (:mod:`grader.leaderboard.ray_stop`); ``None``: no group."""
+    _group[:] = [group] if group else []
+
+
+def group_of(marker: dict[str, Any] | None) -> str | None:
+    """The run a marker's folder belongs to, if one was named."""
+    value = marker.get("group") if marker else None
+    return value if isinstance(value, str) else None
 
 
 def mark_owner(root: Path) -> None:
@@ -120,7 +136,10 @@ def mark_owner(root: Path) -> None:
     interrupted removal took its marker (:func:`grader.backends.stop.reclaim_own`).
     """
     _marked.add(root)
-    _write_marker(root, {"owner": current_owner(), "keep": False}, exclusive=True)
+    body: dict[str, Any] = {"owner": current_owner(), "keep": False}
+    if _group:
+        body["group"] = _group[0]
+    _write_marker(root, body, exclusive=True)
 
 
 def marked_here() -> frozenset[Path]:

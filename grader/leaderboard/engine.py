@@ -16,15 +16,16 @@ is written by one thread of one process; workers never touch it.
 
 Interrupted (SIGINT/SIGTERM under the CLI), both stop what they started: the local
 engine's running sandboxes are killed by :mod:`grader.backends.stop` and its pending jobs
-cancelled; the Ray engine cancels its tasks, each of which stops its own sandbox.
+cancelled; the Ray engine cancels its tasks, each of which stops its own sandbox, and makes sure
+nothing of theirs is left on any node (:mod:`grader.leaderboard.ray_stop`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import queue
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Protocol
@@ -33,9 +34,10 @@ from grader.backends.gate import MeasureGate
 from grader.errors import InfrastructureError, UsageError
 from grader.leaderboard.job import Job, JobOutcome, run_job
 from grader.leaderboard.ray_cluster import ClusterLost, connect, lost_errors
+from grader.leaderboard.ray_stop import SLICE_S, new_group, on_node, stop_tasks
 
 OnResult = Callable[[Job, JobOutcome], None]
-CANCEL_WAIT_S = 30.0
+CLUSTER_CHECK_S = 30.0
 
 
 class Engine(Protocol):
@@ -107,12 +109,12 @@ class LocalEngine:
                 raise
 
 
-def _ray_entry(job: Job, device: str) -> JobOutcome:
+def _ray_entry(job: Job, device: str, group: str) -> JobOutcome:
     """Runs on a Ray worker: take the GPU Ray assigned, evaluate, return the outcome."""
     import ray
 
     gpu_ids = tuple(str(int(g)) for g in ray.get_gpu_ids()) if device == "cuda" else ()
-    return run_job(job, gpu_ids, engine="ray")
+    return on_node(group, run_job, job, gpu_ids, "ray")
 
 
 class RayEngine:
@@ -134,16 +136,21 @@ class RayEngine:
         if self.device == "cuda":
             opts["num_gpus"] = 1
         self.remote = ray_mod.remote(**opts)(_ray_entry)
+        self.group = new_group()
 
     def run(self, jobs: Sequence[Job], on_result: OnResult) -> None:
         ray = self.ray
         refs: dict[Any, Job] = {}
+        checked = time.monotonic()
         try:
-            refs.update({self.remote.remote(j, self.device): j for j in jobs})
+            refs.update({self.remote.remote(j, self.device, self.group): j for j in jobs})
             while refs:
-                done, _ = ray.wait(list(refs), num_returns=1, timeout=30.0)
+                # short slices: ray.wait holds a stop signal's exception until it returns
+                done, _ = ray.wait(list(refs), num_returns=1, timeout=SLICE_S)
                 if not done:
-                    ray.cluster_resources()  # raises when the cluster is gone
+                    if time.monotonic() - checked >= CLUSTER_CHECK_S:
+                        checked = time.monotonic()
+                        ray.cluster_resources()  # raises when the cluster is gone
                     continue
                 for ref in done:
                     job = refs.pop(ref)
@@ -154,26 +161,12 @@ class RayEngine:
                     on_result(job, outcome)
         except BaseException as e:
             if not isinstance(e, lost_errors(ray)):
-                self._cancel(refs)  # interrupted: the cluster's tasks must stop too
+                stop_tasks(ray, list(refs), self.group)  # interrupted: the tasks stop too
                 raise
             raise ClusterLost(f"the Ray cluster went away mid-run ({type(e).__name__}: "
                               f"{str(e).splitlines()[0] if str(e) else ''}); every result "
                               "finished before that is kept in the state; run the same "
                               "command again to resume") from None
-
-    def _cancel(self, refs: dict[Any, Job]) -> None:
-        """Cancel the tasks still pending or running, and wait (up to
-        :data:`CANCEL_WAIT_S`) for them to end: ``force=False`` raises ``KeyboardInterrupt``
-        in a running task, so its ``finally`` blocks stop its sandbox and remove its folder
-        on its own node. Without the wait the driver's exit makes Ray kill the workers
-        first, and their folders stay for the next sweep on that node."""
-        for ref in refs:
-            try:
-                self.ray.cancel(ref, force=False)
-            except Exception:  # a task that already finished cannot be cancelled
-                continue
-        with contextlib.suppress(Exception):
-            self.ray.wait(list(refs), num_returns=len(refs), timeout=CANCEL_WAIT_S)
 
     def close(self) -> None:
         self.ray.shutdown()

@@ -30,9 +30,9 @@ from typing import Any
 from grader.errors import InfrastructureError, KgraderError, UsageError
 from grader.evaluate import EvalRequest, evaluate
 from grader.leaderboard.ray_cluster import connect
+from grader.leaderboard.ray_stop import new_group, on_node, stop_tasks
 
 HEARTBEAT_S = 2.0
-CANCEL_WAIT_S = 30.0
 OPTION = "--ray-address"
 Outcome = tuple[str, Any, str | None]
 
@@ -48,7 +48,7 @@ def node_name(node_id: str, host: str) -> str:
     return f"ray:{node_id}@{host}"
 
 
-def grade_on_node(request: EvalRequest, device: str) -> Outcome:
+def grade_on_node(request: EvalRequest, device: str, group: str) -> Outcome:
     """Runs on a Ray worker: take the GPU Ray assigned, evaluate, return the outcome."""
     import ray
 
@@ -57,7 +57,7 @@ def grade_on_node(request: EvalRequest, device: str) -> Outcome:
         gpus = tuple(str(int(g)) for g in ray.get_gpu_ids())
         request = request.model_copy(update={"gpu_ids": gpus})
     try:
-        return ("report", evaluate(request).model_dump_json(), node)
+        return ("report", on_node(group, evaluate, request).model_dump_json(), node)
     except KgraderError as e:
         return ("error", error_fields(e), node)
 
@@ -101,6 +101,7 @@ class Bridge:
         self.conn, self.ray, self.device = conn, ray, device
         self.remote = ray.remote(num_cpus=1, num_gpus=1 if device == "cuda" else 0,
                                  max_retries=0)(grade_on_node)
+        self.group = new_group()
         self.pending: dict[Any, int] = {}
         self.lock = threading.Lock()
         self._send = threading.Lock()
@@ -126,7 +127,7 @@ class Bridge:
 
     def submit(self, key: int, request: EvalRequest) -> None:
         try:
-            ref = self.remote.remote(request, self.device)
+            ref = self.remote.remote(request, self.device, self.group)
         except Exception as e:  # not submitted: that job's infrastructure failure
             self.send(("result", key, outcome_of_failure(self.ray, e)))
             return
@@ -165,16 +166,12 @@ class Bridge:
         self.send(("result", key, out))
 
     def cancel(self) -> None:
-        """Stopping: cancel what still runs (``force=False`` raises ``KeyboardInterrupt``
-        in the task, whose ``finally`` blocks stop its sandbox), and wait for it to end."""
+        """Stopping: cancel what still runs, and leave nothing of it on any node
+        (:func:`grader.leaderboard.ray_stop.stop_tasks`, at most ``STOP_BOUND_S``)."""
         with self.lock:
             refs = list(self.pending)
-        for ref in refs:
-            with contextlib.suppress(Exception):
-                self.ray.cancel(ref, force=False)
         if refs:
-            with contextlib.suppress(Exception):
-                self.ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
+            stop_tasks(self.ray, refs, self.group)
 
 
 def main(conn: Connection, address: str, device: str, workers: int | None) -> None:

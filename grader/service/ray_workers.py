@@ -35,6 +35,7 @@ import structlog
 from grader.errors import InfrastructureError, KgraderError, UsageError
 from grader.evaluate import EvalRequest
 from grader.leaderboard.ray_cluster import ClusterLost, import_ray
+from grader.leaderboard.ray_stop import STOP_BOUND_S
 from grader.report.model import Report
 from grader.service import ray_bridge
 from grader.service.store import Claimed
@@ -233,7 +234,7 @@ class RayCluster:
             return
         with contextlib.suppress(Exception), self._send:
             link.conn.send(("stop",))
-        self._end(link.proc, link.conn, wait_s=ray_bridge.CANCEL_WAIT_S + 5.0)
+        self._end(link.proc, link.conn, wait_s=STOP_BOUND_S + 5.0)
 
 
 class RayWorkers(Workers):

@@ -68,9 +68,10 @@ def test_lost_ray_cluster_raises_a_clear_error_after_keeping_finished_results() 
     e = object.__new__(eng.RayEngine)
     e.ray = FakeRay()
     e.device = "cpu"
+    e.group = "ray-test"
 
     class Remote:
-        def remote(self, job: Job, device: str) -> object:
+        def remote(self, job: Job, device: str, group: str) -> object:
             return object()
 
     e.remote = Remote()

@@ -248,7 +248,8 @@ class FakeRay:
         fake = self
 
         class Remote:
-            def remote(self, request: EvalRequest, device: str) -> object:
+            def remote(self, request: EvalRequest, device: str, group: str) -> object:
+                assert group.startswith("ray-")
                 if "NOLEASE" in request.candidate.text:
                     raise RuntimeError("no lease")
                 ref = object()
@@ -273,7 +274,10 @@ class FakeRay:
         return {"CPU": 2.0}
 
     def cancel(self, ref: object, force: bool) -> None:
+        """A cooperative task: a cancel settles it (its clean-up ran)."""
         self.cancelled.append(ref)
+        if ref in self.hanging:
+            self.hanging.remove(ref)
 
 
 def test_the_bridge_submits_answers_each_job_beats_and_cancels_on_stop(
@@ -304,6 +308,7 @@ def test_the_bridge_submits_answers_each_job_beats_and_cancels_on_stop(
     assert kind == "error" and fields["infrastructure"] and "no lease" in fields["message"]
     assert node is None
     assert 2 not in results and beats[0]["nodes"] == 1  # still running; live nodes only
+    running = list(ray.hanging)
     mine.send(("stop",))
     t.join(10)
-    assert not t.is_alive() and ray.cancelled == ray.hanging  # the running one cancelled
+    assert not t.is_alive() and ray.cancelled == running  # the running one cancelled
