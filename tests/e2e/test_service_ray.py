@@ -255,6 +255,12 @@ def test_the_server_grades_again_once_the_cluster_is_back(server: Server, cluste
     tok = server.token("alice")
     server.start()
     port = int(cluster.address.rsplit(":", 1)[1])
+    # The bridge connects after the HTTP server is up (a loaded host: seconds later); a first
+    # connection that finds nothing is a refused start-up (exit 2), not a lost cluster.
+    deadline = time.monotonic() + 120
+    while _health(server)["ray"]["state"] != "connected":
+        assert time.monotonic() < deadline, _health(server)
+        time.sleep(0.5)
     for node in list(cluster.worker_nodes):
         cluster.remove_node(node, allow_graceful=False)
     cluster.remove_node(cluster.head_node, allow_graceful=False)
