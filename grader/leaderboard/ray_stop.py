@@ -71,6 +71,7 @@ def on_node(group: str, fn: Callable[..., T], *args: Any) -> T:
     except KeyboardInterrupt:
         with contextlib.suppress(Exception):
             kill_own()
+        with contextlib.suppress(Exception):
             reclaim_own()
         raise
     finally:
@@ -124,16 +125,19 @@ def stop_tasks(ray: Any, refs: Sequence[Any], group: str) -> StopReport:
 def sweep_nodes(ray: Any, group: str) -> tuple[int, int]:
     """Run :func:`sweep_group` on every live node; ``(removed, left)`` summed over them
     (a node whose sweep did not answer counts one left)."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    remote = ray.remote(num_cpus=0, max_retries=0)(sweep_group)
     refs = []
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        remote = ray.remote(num_cpus=0, max_retries=0)(sweep_group)
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+    except Exception:  # no sweep could be sent: the group's folders may be left
+        return 0, 1
     with contextlib.suppress(Exception):
-        for node in ray.nodes():
-            if node.get("Alive"):
-                strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-                refs.append(remote.options(scheduling_strategy=strategy).remote(
-                    group, SWEEP_WAIT_S))
+        for node in nodes:
+            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            refs.append(remote.options(scheduling_strategy=strategy).remote(
+                group, SWEEP_WAIT_S))
     removed = left = 0
     waiting = unsettled(ray, refs, SWEEP_WAIT_S + 5.0)
     for ref in refs:

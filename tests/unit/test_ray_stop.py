@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from grader.backends.cleanup import (
     OWNER_FILE,
     current_owner,
@@ -110,3 +112,32 @@ except KeyboardInterrupt:
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got == {"group": "ray-g9", "exists": False, "rc": -9}
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("kgrader-")]
+
+
+def test_a_stop_whose_tasks_never_settle_and_whose_sweep_fails_still_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Stuck:
+        """A cluster that takes every cancel and settles nothing, then loses its nodes."""
+
+        def __init__(self) -> None:
+            self.forced: list[bool] = []
+
+        def cancel(self, ref: object, force: bool) -> None:
+            self.forced.append(force)
+
+        def wait(self, refs: list[object], num_returns: int,
+                 timeout: float) -> tuple[list[object], list[object]]:
+            time.sleep(timeout)
+            return [], list(refs)
+
+        def remote(self, **opts: object) -> object:
+            raise ConnectionError("the cluster went away")
+
+    monkeypatch.setattr(ray_stop, "CANCEL_WAIT_S", 0.3)
+    monkeypatch.setattr(ray_stop, "FORCE_WAIT_S", 0.3)
+    ray = Stuck()
+    t0 = time.monotonic()
+    report = ray_stop.stop_tasks(ray, [object(), object()], "ray-g1")
+    assert time.monotonic() - t0 < 5
+    assert ray.forced == [False, False, True, True]
+    assert (report.cancelled, report.forced, report.left) == (2, 2, 1)  # said, not hidden
