@@ -31,6 +31,7 @@ from grader.backends.cleanup import OWNER_FILE, read_marker
 from sandbox.contract import wire
 
 from ._backends import backend_or_skip
+from ._ray import quiet_env
 from .conftest import kgrader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -331,7 +332,7 @@ def test_sigterm_of_a_ray_leaderboard_run_stops_the_workers_sandboxes(tmp_path: 
     tmpdir = Path(tempfile.mkdtemp(prefix="kgray-", dir="/tmp"))  # Ray's socket paths: short
     task, subs = _sleepy_board(tmp_path)
     # The workers run this checkout, with the test's temp dir: their folders are found.
-    env = {**_env(tmpdir), "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+    env = {**quiet_env(_env(tmpdir)), "PYTHONPATH": str(ROOT)}
     start = subprocess.run([ray_bin, "start", "--head", f"--port={port}",
                             "--node-ip-address=127.0.0.1", "--num-cpus=2",
                             "--include-dashboard=false", "--disable-usage-stats"],

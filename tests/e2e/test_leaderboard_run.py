@@ -25,6 +25,7 @@ import pytest
 from grader.leaderboard.aggregate import board
 from grader.leaderboard.state import State
 
+from ._ray import quiet_env
 from .conftest import retried
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -204,7 +205,7 @@ def test_ray_engine_gives_the_same_verdicts_as_local(inputs: dict[str, Path], lo
     if ray_bin is None:
         pytest.skip("ray is not installed (pip install ray)")
     port = _free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = quiet_env()
     start = subprocess.run([ray_bin, "start", "--head", f"--port={port}",
                             "--node-ip-address=127.0.0.1", "--num-cpus=2",
                             "--include-dashboard=false", "--disable-usage-stats"],
@@ -233,7 +234,7 @@ def test_ray_cluster_going_away_mid_run_gives_a_clear_message_and_keeps_results(
     subs = submissions(tmp_path / "subs", "tiny_add",
                        {"a": "good", "b": "wrong", "c": "no_mask", "d": "slow", "e": "broken"})
     port = _free_port()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "KGRADER_LEADERBOARD_SECRET": "s" * 32}
+    env = {**quiet_env(), "KGRADER_LEADERBOARD_SECRET": "s" * 32}
     start = subprocess.run([ray_bin, "start", "--head", f"--port={port}",
                             "--node-ip-address=127.0.0.1", "--num-cpus=1",
                             "--include-dashboard=false", "--disable-usage-stats"],

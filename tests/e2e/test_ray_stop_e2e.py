@@ -6,7 +6,6 @@ tests/e2e/test_clean_stops.py covers the cooperative one through ``leaderboard r
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +13,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from tests.e2e._ray import quiet_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,8 @@ import ray
 from grader.leaderboard import ray_stop
 
 ray_stop.CANCEL_WAIT_S = 3.0  # the stubborn task never settles by itself
-ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
+         _node_ip_address="127.0.0.1")  # loopback only, not this host's other address
 
 def stubborn():
     d = Path(tempfile.mkdtemp(prefix="kgrader-eval-"))
@@ -56,8 +58,8 @@ print(json.dumps({"made": made, "report": report.__dict__, "stop_s": time.monoto
 def test_a_task_that_ignores_its_cancel_is_killed_and_its_folder_swept() -> None:
     pytest.importorskip("ray")
     tmpdir = Path(tempfile.mkdtemp(prefix="kgrs-", dir="/tmp"))  # Ray's socket paths: short
-    env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(ROOT),
-           "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    env = {**quiet_env(), "TMPDIR": str(tmpdir), "PYTHONPATH": str(ROOT),
+           "RAY_AUTH_MODE": "disabled"}
     try:
         r = subprocess.run([sys.executable, "-c", DRIVER], capture_output=True, text=True,
                            env=env, timeout=400, cwd=ROOT)

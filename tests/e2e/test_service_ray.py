@@ -31,6 +31,7 @@ import requests
 
 from grader.service.store import JobRow, Store
 from tests.e2e._backends import backend_or_skip
+from tests.e2e._ray import LOOPBACK, quiet_env
 from tests.e2e.test_service_e2e import TASK, Server, _kgrader
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
@@ -42,13 +43,15 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     pytest.importorskip("ray", reason="ray is not installed (pip install ray)")
     from ray.cluster_utils import Cluster
 
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    # (On this host's address: ray.init turns a loopback address into it, and a node
-    # started on 127.0.0.1 listens there only.)
-    c: Any = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"kg_head": 1},
-                                                      "include_dashboard": False})
-    c.add_node(num_cpus=1, resources={"kg_second": 1})
+    for name, value in quiet_env({}).items():  # the nodes, and the server's bridge
+        monkeypatch.setenv(name, value)
+    # Every node on loopback (the server's bridge connects there, and stays there).
+    c: Any = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"kg_head": 1}, "include_dashboard": False,
+        "node_ip_address": LOOPBACK})
+    c.add_node(num_cpus=1, resources={"kg_second": 1}, node_ip_address=LOOPBACK)
     try:
+        assert c.address.startswith(f"{LOOPBACK}:"), c.address
         c.wait_for_nodes()
         yield c
     finally:
@@ -273,7 +276,8 @@ def test_the_server_grades_again_once_the_cluster_is_back(server: Server, cluste
     queued = _jobs(server)[job]
     assert (queued.state, queued.attempts) == ("queued", 0), queued  # no attempt spent on a lost cluster
     back: Any = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "gcs_server_port": port, "include_dashboard": False})
+        "num_cpus": 1, "gcs_server_port": port, "include_dashboard": False,
+        "node_ip_address": LOOPBACK})
     try:
         assert back.address.endswith(f":{port}")
         j = _wait(server, [job], ("done", "failed"), 150)[job]
