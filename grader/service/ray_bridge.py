@@ -20,6 +20,7 @@ server built: task spec, reference and candidate as text.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import threading
@@ -174,9 +175,21 @@ class Bridge:
             stop_tasks(self.ray, refs, self.group)
 
 
+def _orphan_guard(parent: int, connected: threading.Event) -> None:
+    """While connecting (``ray.init`` retries for minutes, deaf to the pipe), a server that
+    died (SIGKILL: no SIGTERM to its children) ends this process too, rather than leaving a
+    driver that connects to a cluster for nobody."""
+    while not connected.wait(1.0):
+        if os.getppid() != parent:
+            os._exit(1)
+
+
 def main(conn: Connection, address: str, device: str, workers: int | None) -> None:
     """The bridge process's entry (``multiprocessing``, spawned)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops it (pipe or SIGTERM)
+    connected = threading.Event()
+    threading.Thread(target=_orphan_guard, args=(os.getppid(), connected), daemon=True,
+                     name="kgrader-ray-bridge-parent").start()
     try:
         ray = connect(address, OPTION)
         res = {k: float(v) for k, v in ray.cluster_resources().items()}
@@ -184,6 +197,7 @@ def main(conn: Connection, address: str, device: str, workers: int | None) -> No
         slots = slot_count(res, device, workers)
         bridge = Bridge(conn, ray, device)
         bridge.send(("hello", {"device": device, "slots": slots, **bridge.health()}))
+        connected.set()  # from here a server that died is the pipe's EOF (Bridge.read)
     except Exception as e:  # a typed error for the server's start-up message
         with contextlib.suppress(Exception):
             conn.send(("fatal", error_fields(e if isinstance(e, KgraderError) else

@@ -14,7 +14,8 @@ infrastructure's failure of that job (re-queued up to ``max_attempts``, never a
 candidate's verdict); that slot then waits :data:`COOL_S` before its next claim. While
 the cluster is unreachable no job is claimed (queued jobs wait, the server keeps serving,
 ``/v1/health`` says why); a bridge that died is started again every :data:`RECONNECT_S`
-seconds, so the workers resume once the cluster is back.
+seconds (each given :data:`RECONNECT_START_S` for its hello, and each failure logged), so
+the workers resume once the cluster is back.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from grader.service.worker import Slot, Workers
 
 log = structlog.get_logger("kgrader.service")
 START_S = 60.0  # connecting (ray.init, which retries a bad address for minutes) and hello
+# A reconnection has nobody waiting on it: its bridge gets longer for its hello (a fresh
+# interpreter importing ray and kgrader, then ray.init, takes minutes on a loaded host).
+RECONNECT_START_S = 300.0
 STALE_S = 15.0  # no heartbeat for this long: the cluster is unreachable
 RECONNECT_S = 30.0
 # A slot whose job the infrastructure failed waits this long before it claims again: a
@@ -91,8 +95,10 @@ class RayCluster:
         self._set_state("connected", None)
         threading.Thread(target=self._watch, name="kgrader-ray-watch", daemon=True).start()
 
-    def _start(self) -> _Link:
-        """Start a bridge and wait for its hello; a bridge that cannot connect is an error."""
+    def _start(self, wait_s: float | None = None) -> _Link:
+        """Start a bridge and wait up to ``wait_s`` (default :data:`START_S`) for its
+        hello; a bridge that cannot connect is an error."""
+        wait_s = START_S if wait_s is None else wait_s
         ctx = multiprocessing.get_context("spawn")
         mine, theirs = ctx.Pipe()
         proc = ctx.Process(target=self.bridge, name="kgrader-ray-bridge", daemon=True,
@@ -100,9 +106,9 @@ class RayCluster:
         proc.start()
         theirs.close()
         try:
-            if not mine.poll(START_S):
+            if not mine.poll(wait_s):
                 raise InfrastructureError(f"the Ray cluster at {self.address!r} did not answer "
-                                          f"within {START_S:.0f} s",
+                                          f"within {wait_s:.0f} s",
                                           hint="check the address (ray status on its head)")
             msg = mine.recv()
         except (EOFError, OSError):
@@ -181,9 +187,12 @@ class RayCluster:
         if self._closed.is_set():
             return
         try:
-            link = self._start()
+            link = self._start(RECONNECT_START_S)
         except KgraderError as e:
-            self.error = f"{self.error or 'lost'}; reconnecting failed: {e}"
+            log.warning("service_ray_reconnect_failed", address=self.address, error=str(e),
+                        next_in_s=RECONNECT_S)
+            self.error = f"{(self.error or 'lost').split('; reconnecting failed')[0]}; " \
+                         f"reconnecting failed: {e}"
             return
         self.info.update(link.info)
         self.last_beat = time.monotonic()

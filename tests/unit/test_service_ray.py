@@ -9,12 +9,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from grader.errors import InfrastructureError, KgraderError, UsageError
@@ -89,6 +92,11 @@ def fake_bridge(conn: Connection, address: str, device: str, workers: int | None
     if address == "silent":
         time.sleep(30)
         return
+    if address.startswith("slow:"):  # a hello at once the first time, 2 s late after
+        marker = Path(address[5:])
+        if marker.exists():
+            time.sleep(2.0)
+        marker.touch()
     conn.send(("hello", {"device": "cpu", "slots": workers or 2, "nodes": 2, "cpus": 2.0,
                          "gpus": 0.0}))
     while True:
@@ -156,6 +164,52 @@ def test_a_driver_that_dies_fails_its_job_as_infrastructure_and_comes_back(
         assert cluster.grade(_request(task))[1] == "ray:n1@host"
     finally:
         cluster.close()
+
+
+def test_a_reconnection_waits_longer_for_its_hello_than_start_up(
+        task: ServiceTask, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a loaded host a new driver's hello comes late: start-up would refuse it, but a
+    # reconnection (nobody waits on it) takes it, rather than killing it every time.
+    monkeypatch.setattr(ray_workers, "RECONNECT_S", 0.2)
+    monkeypatch.setattr(ray_workers, "RECONNECT_START_S", 20.0)
+    cluster = RayCluster(f"slow:{tmp_path / 'started'}", "cpu", 1, bridge=fake_bridge)
+    monkeypatch.setattr(ray_workers, "START_S", 1.0)  # what start-up would wait from now
+    try:
+        with pytest.raises(ClusterLost):
+            cluster.grade(_request(task, GOOD + "\n# DIE\n"))
+        t0 = time.monotonic()
+        while not cluster.alive and time.monotonic() - t0 < 30:
+            time.sleep(0.1)
+        assert cluster.alive and time.monotonic() - t0 >= 2.0, cluster.health()
+        assert "reconnecting failed" not in str(cluster.health()["error"])
+    finally:
+        cluster.close()
+
+
+def test_a_connecting_driver_ends_when_its_server_is_killed(tmp_path: Path) -> None:
+    # While ray.init retries it hears nothing on its pipe: a server gone by SIGKILL must
+    # not leave it connecting for nobody.
+    script = (
+        "import os, sys, threading\n"
+        "from grader.service.ray_bridge import _orphan_guard\n"
+        "if os.fork() == 0:\n"
+        "    print(os.getpid(), flush=True)\n"
+        "    _orphan_guard(os.getppid(), threading.Event())\n"
+        "    os._exit(0)\n"
+        "import time; time.sleep(1.0); os._exit(9)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, cwd=Path(__file__).resolve().parents[2])
+    child = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the orphaned driver is still running")
 
 
 def test_a_silent_driver_is_unreachable_and_no_job_is_claimed(
