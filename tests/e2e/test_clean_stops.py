@@ -216,12 +216,16 @@ def test_sigkilled_docker_runs_container_is_reclaimed_by_the_next_run(tmp_path: 
     # Its judge's tether (the host's stdin attach) closed with the host: the container
     # stops by itself, seconds later, instead of running on until the next sweep.
     left = _containers(victim.pid)
-    assert left, "the killed run's container vanished by itself"
     deadline = time.monotonic() + 30
     while any("(running)" in c for c in left) and time.monotonic() < deadline:
         time.sleep(0.5)
         left = _containers(victim.pid)
-    assert left and not any("(running)" in c for c in left), left
+    assert not any("(running)" in c for c in left), left
+    if not left:
+        # Gone, not merely stopped: only another kgrader command's sweep removes a dead
+        # owner's container, and only a parallel suite runs one meanwhile (what this test
+        # checks next, done by a neighbour).
+        assert os.environ.get("PYTEST_XDIST_WORKER"), "the killed run's container vanished"
     nxt = _kgrader(["run", str(EXAMPLE), str(EXAMPLE / "candidates" / "broken.py"),
                     "--backend", "docker", "--device", "cpu"], tmpdir)
     assert nxt.returncode == 1, nxt.stderr[-2000:]
