@@ -45,7 +45,8 @@ from grader.service.worker import Slot, Workers
 log = structlog.get_logger("kgrader.service")
 START_S = 60.0  # connecting (ray.init, which retries a bad address for minutes) and hello
 # A reconnection has nobody waiting on it: its bridge gets longer for its hello (a fresh
-# interpreter importing ray and kgrader, then ray.init, takes minutes on a loaded host).
+# interpreter importing ray and kgrader, then ray.init, may outlast START_S on a loaded
+# host; not measured directly).
 RECONNECT_START_S = 300.0
 STALE_S = 15.0  # no heartbeat for this long: the cluster is unreachable
 RECONNECT_S = 30.0
