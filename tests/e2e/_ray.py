@@ -8,12 +8,23 @@ a ``ray start`` head with usage stats disabled still posts a "disabled" report. 
 environment here, given to the head, its nodes and the kgrader process that drives them,
 keeps every address on 127.0.0.1 and points every outward HTTP(S) request at a closed
 loopback port.
+
+A ``ray start`` head that a test starts is its own: :func:`start_head` starts it in a new
+session, and :meth:`Head.stop` kills that session's processes only. ``ray stop --force``
+kills every Ray process on the host: a parallel test's cluster, or a developer's own.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
+
+import psutil
+import pytest
 
 LOOPBACK = "127.0.0.1"
 NOWHERE = "http://127.0.0.1:9"  # the discard port: nothing listens, refused at once
@@ -34,3 +45,60 @@ def quiet_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     for name in ("no_proxy", "NO_PROXY"):
         env[name] = f"{LOOPBACK},localhost"
     return env
+
+
+@dataclass(frozen=True)
+class Head:
+    """A ``ray start --head`` on loopback; every process it started (GCS, raylet, agents,
+    workers) is in the session ``sid``."""
+
+    address: str
+    sid: int
+
+    def processes(self) -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                if os.getsid(proc.pid) == self.sid:
+                    found.append(proc)
+            except (OSError, psutil.Error):
+                continue
+        return found
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Kill this head's processes (what ``ray stop --force`` does, for this head only)
+        and wait until they are gone."""
+        procs = self.processes()
+        for proc in procs:
+            try:
+                proc.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                continue
+        _, alive = psutil.wait_procs(procs, timeout=timeout)
+        assert not alive, f"Ray processes of {self.address} still alive: {alive}"
+
+
+def start_head(port: int, num_cpus: int, env: Mapping[str, str], timeout: float = 180) -> Head:
+    """``ray start --head`` on 127.0.0.1:``port`` with ``env`` (see :func:`quiet_env`), in a
+    session of its own."""
+    ray_bin = shutil.which("ray")
+    if ray_bin is None:
+        pytest.skip("ray is not installed (pip install ray)")
+    proc = subprocess.Popen([ray_bin, "start", "--head", f"--port={port}",
+                             "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}",
+                             "--include-dashboard=false", "--disable-usage-stats"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(env), start_new_session=True)
+    head = Head(f"{LOOPBACK}:{port}", proc.pid)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        head.stop()
+        raise AssertionError(f"`ray start --head` on port {port} took over {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        head.stop()
+        raise AssertionError(f"`ray start --head` failed ({proc.returncode}): {err[-2000:]}")
+    return head
+

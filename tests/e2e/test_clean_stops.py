@@ -31,7 +31,7 @@ from grader.backends.cleanup import OWNER_FILE, read_marker
 from sandbox.contract import wire
 
 from ._backends import backend_or_skip
-from ._ray import quiet_env
+from ._ray import quiet_env, start_head
 from .conftest import kgrader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +125,7 @@ def _containers(pid: int) -> list[str]:
     from grader.backends.docker.prereqs import client
 
     return [f"{c.name} ({c.status})" for c in
-            client().containers.list(all=True, filters={"label": "kgrader=1"})
+            client().containers.list(all=True, filters={"label": "kgrader=1"}, ignore_removed=True)
             if (c.labels.get("kgrader.owner") or "").split(":")[1:2] == [str(pid)]]
 
 
@@ -323,9 +323,6 @@ def test_unwritable_output_paths_are_refused_before_grading(tmp_path: Path, case
 
 @pytest.mark.slow
 def test_sigterm_of_a_ray_leaderboard_run_stops_the_workers_sandboxes(tmp_path: Path) -> None:
-    ray_bin = shutil.which("ray")
-    if ray_bin is None:
-        pytest.skip("ray is not installed (pip install ray)")
     import socket
 
     with socket.socket() as s:
@@ -337,11 +334,7 @@ def test_sigterm_of_a_ray_leaderboard_run_stops_the_workers_sandboxes(tmp_path: 
     task, subs = _sleepy_board(tmp_path)
     # The workers run this checkout, with the test's temp dir: their folders are found.
     env = {**quiet_env(_env(tmpdir)), "PYTHONPATH": str(ROOT)}
-    start = subprocess.run([ray_bin, "start", "--head", f"--port={port}",
-                            "--node-ip-address=127.0.0.1", "--num-cpus=2",
-                            "--include-dashboard=false", "--disable-usage-stats"],
-                           capture_output=True, text=True, env=env, timeout=180)
-    assert start.returncode == 0, start.stderr[-2000:]
+    head = start_head(port, 2, env)
     try:
         args = ["leaderboard", "run", "--tasks", str(task), "--submissions", str(subs),
                 "--state", str(tmp_path / "state.sqlite"), "--engine", "ray", "--ray-address",
@@ -370,7 +363,7 @@ def test_sigterm_of_a_ray_leaderboard_run_stops_the_workers_sandboxes(tmp_path: 
                     for name in left()}
         assert not leftover, (leftover, err[-3000:], _ray_worker_logs(tmpdir))
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, env=env)
+        head.stop()
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 

@@ -25,7 +25,7 @@ import pytest
 from grader.leaderboard.aggregate import board
 from grader.leaderboard.state import State
 
-from ._ray import quiet_env
+from ._ray import quiet_env, start_head
 from .conftest import retried
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -201,16 +201,9 @@ def _free_port() -> int:
 @pytest.mark.slow
 def test_ray_engine_gives_the_same_verdicts_as_local(inputs: dict[str, Path], local_state: Path,
                                                      tmp_path: Path) -> None:
-    ray_bin = shutil.which("ray")
-    if ray_bin is None:
-        pytest.skip("ray is not installed (pip install ray)")
     port = _free_port()
     env = quiet_env()
-    start = subprocess.run([ray_bin, "start", "--head", f"--port={port}",
-                            "--node-ip-address=127.0.0.1", "--num-cpus=2",
-                            "--include-dashboard=false", "--disable-usage-stats"],
-                           capture_output=True, text=True, env=env, timeout=180)
-    assert start.returncode == 0, start.stderr[-2000:]
+    head = start_head(port, 2, env)
     try:
         state = tmp_path / "ray.sqlite"
         recorded("run", "--tasks", str(inputs["task"]), str(inputs["bad_task"]),
@@ -221,25 +214,18 @@ def test_ray_engine_gives_the_same_verdicts_as_local(inputs: dict[str, Path], lo
         with State.open(state, create=False) as st:
             assert {r.engine for r in st.evaluations()} == {"ray"}
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, env=env)
+        head.stop()
 
 
 @pytest.mark.slow
 def test_ray_cluster_going_away_mid_run_gives_a_clear_message_and_keeps_results(
         tmp_path: Path) -> None:
-    ray_bin = shutil.which("ray")
-    if ray_bin is None:
-        pytest.skip("ray is not installed (pip install ray)")
     task = tiny_task(tmp_path / "tasks")
     subs = submissions(tmp_path / "subs", "tiny_add",
                        {"a": "good", "b": "wrong", "c": "no_mask", "d": "slow", "e": "broken"})
     port = _free_port()
     env = {**quiet_env(), "KGRADER_LEADERBOARD_SECRET": "s" * 32}
-    start = subprocess.run([ray_bin, "start", "--head", f"--port={port}",
-                            "--node-ip-address=127.0.0.1", "--num-cpus=1",
-                            "--include-dashboard=false", "--disable-usage-stats"],
-                           capture_output=True, text=True, env=env, timeout=180)
-    assert start.returncode == 0, start.stderr[-2000:]
+    head = start_head(port, 1, env)
     state = tmp_path / "state.sqlite"
     argv = [sys.executable, "-m", "grader.cli", "leaderboard", "run", "--tasks", str(task),
             "--submissions", str(subs), "--state", str(state), "--engine", "ray",
@@ -253,7 +239,7 @@ def test_ray_cluster_going_away_mid_run_gives_a_clear_message_and_keeps_results(
             time.sleep(0.2)
         assert _count(state) >= 1, "no result arrived before the cluster was stopped"
     finally:
-        subprocess.run([ray_bin, "stop", "--force"], capture_output=True, timeout=120, env=env)
+        head.stop()
     with State.open(state, create=False) as st:
         finished = {r.key: r.finished_at for r in st.evaluations()}
     try:
