@@ -122,7 +122,7 @@ def _kill_own_containers(me: str) -> int:
     hit = 0
     with contextlib.suppress(Exception):
         flt = {"label": [f"{LABEL}=1", f"{LABEL_OWNER}={me}"], "status": "running"}
-        for c in client().containers.list(filters=flt):
+        for c in client().containers.list(filters=flt, ignore_removed=True):
             with contextlib.suppress(Exception):
                 c.kill()
                 hit += 1
@@ -171,6 +171,6 @@ def _remove_own_containers(me: str) -> int:
     n = 0
     with contextlib.suppress(Exception):
         flt = {"label": [f"{LABEL}=1", f"{LABEL_OWNER}={me}"]}
-        for c in client().containers.list(all=True, filters=flt):
+        for c in client().containers.list(all=True, filters=flt, ignore_removed=True):
             n += int(remove(c))
     return n

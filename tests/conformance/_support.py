@@ -135,7 +135,7 @@ def our_containers() -> list[Any]:
     from grader.backends.docker.prereqs import client
 
     flt = {"label": ["kgrader=1", f"kgrader.owner={current_owner()}"]}
-    return list(client().containers.list(all=True, filters=flt))
+    return list(client().containers.list(all=True, filters=flt, ignore_removed=True))
 
 
 def loopback_answers(timeout: float = 5.0) -> bool:

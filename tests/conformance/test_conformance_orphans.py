@@ -59,7 +59,8 @@ def _wait_running(tmpdir: Path, proc: subprocess.Popen[bytes], timeout: float = 
 def _containers_of(pid: int) -> list[str]:
     from grader.backends.docker.prereqs import client
 
-    return [str(c.name) for c in client().containers.list(all=True, filters={"label": "kgrader=1"})
+    listed = client().containers.list(all=True, filters={"label": "kgrader=1"}, ignore_removed=True)
+    return [str(c.name) for c in listed
             if (c.labels.get("kgrader.owner") or "").split(":")[1:2] == [str(pid)]]
 
 

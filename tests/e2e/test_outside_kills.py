@@ -51,7 +51,7 @@ def _sandbox_processes(host_pid: int, backend: str) -> list[psutil.Process]:
     else:
         from grader.backends.docker.prereqs import client
 
-        for c in client().containers.list(filters={"label": "kgrader=1"}):
+        for c in client().containers.list(filters={"label": "kgrader=1"}, ignore_removed=True):
             if (c.labels.get("kgrader.owner") or "").split(":")[1:2] == [str(host_pid)]:
                 top = c.top(ps_args="-eo pid")
                 for row in top.get("Processes") or []:
@@ -106,7 +106,7 @@ def test_docker_stop_of_the_sandbox_is_an_infrastructure_error(tmp_path: Path) -
     try:
         _wait("the sandbox to run", lambda: bool(_started(tmpdir, proc.pid)), proc)
         time.sleep(2)
-        for c in client().containers.list(filters={"label": "kgrader=1"}):
+        for c in client().containers.list(filters={"label": "kgrader=1"}, ignore_removed=True):
             if (c.labels.get("kgrader.owner") or "").split(":")[1:2] == [str(proc.pid)]:
                 c.stop(timeout=10)
         out, err = proc.communicate(timeout=120)

@@ -24,7 +24,7 @@ import requests.exceptions
 import structlog
 from docker.models.containers import Container
 
-from grader.backends.docker.config import LABEL, LABEL_OWNER
+from grader.backends.docker.config import LABEL, LABEL_OWNER, LABEL_RUN
 from grader.backends.docker.prereqs import client
 from grader.backends.owner import owner_alive, owner_gone
 
@@ -104,7 +104,8 @@ def sigterm_raises() -> Iterator[None]:
 
 
 def reclaim_containers(
-    client: docker.DockerClient, *, include_live: bool = False, gone_only: bool = False
+    client: docker.DockerClient, *, include_live: bool = False, gone_only: bool = False,
+    label: str | None = None,
 ) -> tuple[list[str], list[str]]:
     """``(removed, kept)`` container names among those labelled ``kgrader=1``.
 
@@ -112,11 +113,16 @@ def reclaim_containers(
     and is kept unless ``include_live``. Running orphans are killed and removed too.
     ``gone_only`` (the automatic sweep): remove only containers whose owner is provably
     gone from this host (:func:`~grader.backends.owner.owner_gone`); another host's
-    container on a shared daemon stays.
+    container on a shared daemon stays. ``label``: only the containers of runs with that
+    :attr:`~grader.backends.base.SandboxSpec.label`.
     """
     removed: list[str] = []
     kept: list[str] = []
-    for container in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+    # A container removed between the daemon's list and its inspect (its own run ending, a
+    # neighbour's sweep) is no longer there to reclaim; it must not end the sweep.
+    wanted = [f"{LABEL}=1"] + ([f"{LABEL_RUN}={label}"] if label is not None else [])
+    listed = client.containers.list(all=True, filters={"label": wanted}, ignore_removed=True)
+    for container in listed:
         owner = container.labels.get(LABEL_OWNER)
         if (gone_only and not owner_gone(owner)) or (not include_live and owner_alive(owner)):
             kept.append(str(container.name))
