@@ -33,11 +33,14 @@ from typing import Any, Protocol
 from grader.backends.gate import MeasureGate
 from grader.errors import InfrastructureError, UsageError
 from grader.leaderboard.job import Job, JobOutcome, run_job
-from grader.leaderboard.ray_cluster import ClusterLost, connect, lost_errors
+from grader.leaderboard.ray_cluster import ClusterLost, connect, lost_errors, refused
 from grader.leaderboard.ray_stop import SLICE_S, new_group, on_node, stop_tasks
 
 OnResult = Callable[[Job, JobOutcome], None]
-CLUSTER_CHECK_S = 30.0
+# How often a driver with nothing finished asks whether its cluster is still there: well
+# inside the 60 s after which Ray's own client ends a driver whose GCS is gone (exit 1, no
+# word of kgrader's; seen under load when this was 30 s).
+CLUSTER_CHECK_S = 5.0
 
 
 class Engine(Protocol):
@@ -137,6 +140,7 @@ class RayEngine:
             opts["num_gpus"] = 1
         self.remote = ray_mod.remote(**opts)(_ray_entry)
         self.group = new_group()
+        self.gcs = str(ray_mod.get_runtime_context().gcs_address or address)
 
     def run(self, jobs: Sequence[Job], on_result: OnResult) -> None:
         ray = self.ray
@@ -150,6 +154,8 @@ class RayEngine:
                 if not done:
                     if time.monotonic() - checked >= CLUSTER_CHECK_S:
                         checked = time.monotonic()
+                        if refused(self.gcs):  # the head is gone: say so before Ray ends us
+                            raise ConnectionError(f"nothing answers at {self.gcs} any more")
                         ray.cluster_resources()  # raises when the cluster is gone
                     continue
                 for ref in done:

@@ -53,19 +53,43 @@ def keep_signal_handlers() -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of ``[ray://]HOST:PORT``; None for ``auto`` and anything else."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
 def probe(address: str, timeout: float = 5.0) -> None:
     """Refuse at once an address where nothing listens (``ray.init`` retries one for
     minutes); ``auto`` and what is not ``[ray://]HOST:PORT`` are left to Ray."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
+    where = _host_port(address)
+    if where is None:
         return
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        socket.create_connection(where, timeout=timeout).close()
     except OSError as e:
         raise InfrastructureError(f"cannot connect to the Ray cluster at {address!r}: "
                                   f"nothing answers there ({e})",
                                   hint="start one with `ray start --head` or pass "
                                        "--ray-address HOST:PORT") from None
+
+
+def refused(address: str, timeout: float = 5.0) -> bool:
+    """Whether a connection to ``HOST:PORT`` is refused: nothing listens there any more, so
+    the cluster's head is gone for certain. A timeout or another error proves nothing (a
+    remote head behind a slow network) and is left to Ray's own calls."""
+    where = _host_port(address)
+    if where is None:
+        return False
+    try:
+        socket.create_connection(where, timeout=timeout).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def connect(address: str, option: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from grader.leaderboard import engine as eng
 from grader.leaderboard.job import Job, JobOutcome
+from grader.leaderboard.ray_cluster import refused
 from grader.leaderboard.seeds import Secret, task_payload
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -69,6 +71,7 @@ def test_lost_ray_cluster_raises_a_clear_error_after_keeping_finished_results() 
     e.ray = FakeRay()
     e.device = "cpu"
     e.group = "ray-test"
+    e.gcs = "auto"
 
     class Remote:
         def remote(self, job: Job, device: str, group: str) -> object:
@@ -79,6 +82,51 @@ def test_lost_ray_cluster_raises_a_clear_error_after_keeping_finished_results() 
     with pytest.raises(eng.ClusterLost, match=r"went away mid-run.*kept.*resume"):
         e.run(jobs(4), lambda j, o: got.append(j.submission))
     assert len(got) == 2
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed on return: nothing listens there
+
+
+def test_refused_is_proof_only_of_a_port_nothing_listens_on() -> None:
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        assert not refused(f"127.0.0.1:{srv.getsockname()[1]}")
+    assert refused(f"127.0.0.1:{_closed_port()}")
+    assert refused(f"ray://127.0.0.1:{_closed_port()}")
+    assert not refused("auto") and not refused("no-port-here")
+
+
+class StuckRay(FakeRay):
+    """Nothing ever finishes, and a GCS call would block (Ray's client ends the process
+    60 s after its GCS went away)."""
+
+    def wait(self, refs: list[Any], num_returns: int, timeout: float) -> tuple[list[Any], list[Any]]:
+        return [], refs
+
+    def cluster_resources(self) -> dict[str, float]:
+        raise AssertionError("a refused address is proof enough: no GCS call")
+
+
+def test_a_head_that_refuses_connections_is_a_lost_cluster_without_asking_ray(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray")
+    monkeypatch.setattr(eng, "CLUSTER_CHECK_S", 0.0)
+    monkeypatch.setattr(eng, "stop_tasks", lambda *a: None)
+    e = object.__new__(eng.RayEngine)
+    e.ray, e.device, e.group = StuckRay(), "cpu", "ray-test"
+    e.gcs = f"127.0.0.1:{_closed_port()}"
+
+    class Remote:
+        def remote(self, job: Job, device: str, group: str) -> object:
+            return object()
+
+    e.remote = Remote()
+    with pytest.raises(eng.ClusterLost, match=rf"went away mid-run.*nothing answers at {e.gcs}"):
+        e.run(jobs(2), lambda j, o: None)
 
 
 def test_cpu_workers_default_is_one_per_two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
