@@ -33,6 +33,7 @@ from grader.report.model import (
     SandboxInfo,
     TimingStats,
 )
+from tests.e2e._chromium import LOCAL_ONLY
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
@@ -182,8 +183,7 @@ class Page(HTMLParser):
 
 def chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--no-first-run", "--disable-background-networking", "--disable-component-update",
-            "--disable-sync", f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2400",
+            *LOCAL_ONLY, f"--user-data-dir={tmp / 'profile'}", "--window-size=1280,2400",
             *extra, url]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
 

@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from tests.e2e._backends import backend_or_skip
+from tests.e2e._chromium import LOCAL_ONLY
 from tests.e2e.conftest import retried
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,8 +159,7 @@ def test_a_server_killed_mid_job_re_runs_it_after_restart_and_records_it_once(
 
 
 def _chromium(url: str, tmp: Path) -> str:
-    argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    argv = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", *LOCAL_ONLY,
             f"--user-data-dir={tmp / 'profile'}", "--dump-dom", url]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
 
