@@ -160,6 +160,9 @@ python3 -c 'import docker, click, structlog' 2>/dev/null ||
 step "building $CPU_TAG (skipped when up to date)"
 force=()
 [[ "${KGRADER_FORCE:-0}" == 1 ]] && force=(--force)
-PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" python3 -m grader.cli.docker image build \
+# (-c, not -m grader.cli.docker: the package grader.cli imports that module first, and
+# runpy warns about running a module already imported)
+PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" python3 -c \
+    'from grader.cli.docker import _standalone; _standalone(prog_name="kgrader")' image build \
     --flavor cpu --base "$BASE_IMAGE" --tag "$CPU_TAG" --wheels "$WHEEL_DIR" "${force[@]}"
 step "done: $CPU_TAG is $(docker image inspect -f '{{.Id}}' "$CPU_TAG" | cut -c1-19)"

@@ -1,8 +1,8 @@
 """Sandbox maintenance commands: ``kgrader image build`` and ``kgrader sandbox cleanup``.
 
 :func:`register` adds them to the main ``kgrader`` group; the module also runs on its own
-(``python -m grader.cli.docker image build ...``) so that ``scripts/docker-setup.sh``
-works before the package is installed.
+(:func:`_standalone`, which ``scripts/docker-setup.sh`` calls) so that the image builds
+before the package is installed.
 """
 
 from __future__ import annotations
