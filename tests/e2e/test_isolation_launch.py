@@ -137,7 +137,9 @@ def test_runners_cannot_see_signal_or_read_each_other_or_the_judge(judge: dict[s
     assert a["stop_other"] == "PermissionError" and a["stop_judge"] == "PermissionError"
     assert a["read_other_status"] in ("FileNotFoundError", "PermissionError")
     assert a["list_other_home"] == "PermissionError" and a["write_own_home"] == "ok"
-    assert judge["b_state_after_a"].startswith("S"), judge["b_state_after_a"]
+    # a's SIGSTOP did not stop b: b is alive and not stopped (under load it may still be
+    # running, "R", when the judge looks, rather than asleep, "S")
+    assert judge["b_state_after_a"][:1] in ("S", "R", "D"), judge["b_state_after_a"]
 
 
 def test_process_count_sees_a_helper_in_its_own_session_and_kill_all_removes_it(

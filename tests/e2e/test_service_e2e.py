@@ -65,13 +65,15 @@ class Server:
                  "--data", str(self.data), "--port", str(self.port), "--backend", "bwrap",
                  "--device", "cpu", "--board-refresh", "2", *self.extra], cwd=ROOT,
                 stdout=log, stderr=log)
-        deadline = time.monotonic() + 60
+        # Under load a restarted server can accept the connection and answer late (its
+        # start-up sweep of what the killed one left): a slow answer is waited for again.
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
             try:
-                if requests.get(self.url + "/v1/health", timeout=2).ok:
+                if requests.get(self.url + "/v1/health", timeout=10).ok:
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
                 time.sleep(0.3)
         raise AssertionError("the server did not start: " + self.log.read_text())
 
