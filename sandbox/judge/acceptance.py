@@ -45,11 +45,13 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
         if sequential else None
     probe = gpu_idle.probe() if ev.dev == "cuda" else None
     last: Side | None = None
-    started = time.monotonic()
+    pair_s: list[float] = []  # each pair's wall time, for the judge's look at the clock
     for i in range(n_max):
-        if seq is not None and i in seq.looks and seq.decision() == "continue" \
-                and stop_at_look(ev, seq, i, n_max, k, started):
+        if seq is not None and i > 0 and seq.decision() == "continue" and (
+                stop_at_look(ev, seq, i, n_max, k, pace(pair_s)) if i in seq.looks
+                else stop_between_looks(ev, i, k, pace(pair_s))):
             break
+        t_pair = time.monotonic()
         order = (cand, cur) if i % 2 == 0 else (cur, cand)
         swap = (i // 2) % 2  # every other pair of pairs, the sides trade buffers
         for _ in range(k):
@@ -66,6 +68,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
                 clocks[id(side)].add(r)
                 if j == 0:  # the other side gets the same inputs next: nothing to copy
                     scrub(ev, side, slots, swap)
+        pair_s.append(time.monotonic() - t_pair)
         if seq is not None:
             t_cur = stats.median(clocks[id(cur)].ms[-k:])
             t_cand = stats.median(clocks[id(cand)].ms[-k:])
@@ -89,23 +92,40 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
                        t_cand=tuple(per_pair(clocks[id(cand)].samples(base), k)))
 
 
-# Margin on the mean pair time so far when the judge asks whether the next look still fits.
+# Margin on the pair time when the judge asks whether the next pairs still fit.
 LOOK_TIME_MARGIN = 1.25
+# The pace follows a load that rises mid-run: the mean of the last pairs when it is slower
+# than the mean of them all.
+RECENT_PAIRS = 5
+# Pairs of room the judge keeps between looks: the pair it is about to start and one more.
+ROOM_PAIRS = 2
+
+
+def pace(pair_s: list[float]) -> float:
+    """Seconds one more pair is expected to take: the slower of the mean of every pair so
+    far and the mean of the last :data:`RECENT_PAIRS`."""
+    recent = pair_s[-RECENT_PAIRS:]
+    return max(sum(pair_s) / len(pair_s), sum(recent) / len(recent))
+
+
+def top_up_pairs(ev: Evaluation, n: int, k: int) -> float:
+    """The escape check's top-up after ``n`` pairs of ``k`` rounds, in pairs."""
+    least = ESCAPE_MIN_CALLS if ev.dev == "cuda" else ESCAPE_MIN_CALLS_CPU
+    return max(0, least - n * k) / k
 
 
 def stop_at_look(ev: Evaluation, seq: rules.SequentialSignTest, i: int, n_max: int, k: int,
-                 started: float) -> bool:
+                 pair_s: float) -> bool:
     """Whether the deciding run stops at the planned look it just took (``i`` pairs, the
     test said "continue") because the pairs up to the next look would not fit in what is
     left of the stage's ``run_s``: a loaded machine gives a verdict on fewer pairs, never a
     timeout of an honest kernel. Stopping at a look already taken adds no chance to accept
     (its accept test failed on these very pairs; ``finish`` then rejects), so the
     controlled rule's error bound is unchanged whoever made the pairs slow. The estimate is
-    the mean pair so far, with :data:`LOOK_TIME_MARGIN`, plus the escape check's top-up."""
+    the :func:`pace` of a pair, with :data:`LOOK_TIME_MARGIN`, plus the escape check's
+    top-up."""
     nxt = min([n for n in seq.looks if n > i] + [n_max])
-    least = ESCAPE_MIN_CALLS if ev.dev == "cuda" else ESCAPE_MIN_CALLS_CPU
-    pair_s = (time.monotonic() - started) / i
-    need = pair_s * LOOK_TIME_MARGIN * (nxt - i + max(0, least - nxt * k) / k)
+    need = pair_s * LOOK_TIME_MARGIN * (nxt - i + top_up_pairs(ev, nxt, k))
     left = ev.left(ev.run_deadline)
     if left >= need:
         return False
@@ -113,6 +133,25 @@ def stop_at_look(ev: Evaluation, seq: rules.SequentialSignTest, i: int, n_max: i
                        f"planned): the {nxt - i} pairs to the next look would need ~{need:.0f} s, "
                        f"{left:.0f} s of the stage's run_s were left (a pair took {pair_s:.2f} s "
                        "on average); not accepted at that look, so not accepted")
+    return True
+
+
+def stop_between_looks(ev: Evaluation, i: int, k: int, pair_s: float) -> bool:
+    """Whether the deciding run stops after ``i`` pairs, between its planned looks, because
+    the load rose after the last look: what is left of ``run_s`` no longer holds
+    :data:`ROOM_PAIRS` more pairs and the escape check's top-up at the :func:`pace` of a
+    pair. The rule then takes its final look at ``i`` pairs in place of the next planned
+    one (``SequentialSignTest.finish``: still at most ``len(looks)`` looks, each at its
+    share of alpha), and the stop depends on the clock, not on the pairs' signs; so the
+    error bound holds, and a machine that slowed down gives a verdict on fewer pairs
+    instead of a timeout blamed on a side."""
+    need = pair_s * LOOK_TIME_MARGIN * (ROOM_PAIRS + top_up_pairs(ev, i + ROOM_PAIRS, k))
+    left = ev.left(ev.run_deadline)
+    if left >= need:
+        return False
+    ev.warnings.append(f"accept: the deciding run stopped after {i} pairs, between its planned "
+                       f"looks: {left:.0f} s of the stage's run_s were left and a pair now takes "
+                       f"{pair_s:.2f} s; the rule took its final look at {i} pairs")
     return True
 
 

@@ -1,7 +1,8 @@
 """A deciding run that cannot reach its next look within the stage's run_s stops at the look
-it just took (sandbox.judge.acceptance.stop_at_look): a verdict on fewer pairs, never a
-timeout of an honest kernel on a loaded machine, and never a chance to accept that the
-planned looks did not give."""
+it just took (sandbox.judge.acceptance.stop_at_look), and one whose machine slowed down
+after a look stops between looks before the stage runs out (stop_between_looks): a verdict
+on fewer pairs, never a timeout of an honest kernel on a loaded machine, and never a
+chance to accept beyond the planned looks' alpha."""
 
 from __future__ import annotations
 
@@ -19,12 +20,32 @@ from sandbox.judge.acceptance import measure_pairs
 LOOKS = (25, 50, 100, 200)
 
 
-def _ev(left_s: float, t_cand: float, t_cur: float, noise: float = 0.0) -> Any:
+class Clock:
+    """The judge's clock in these tests: each timed call advances it by its own time (in
+    seconds), times ``slow`` once ``slow_after`` calls were made (the load rose)."""
+
+    def __init__(self, slow_after: int | None = None, slow: float = 1.0):
+        self.now, self.calls, self.slow_after, self.slow = 0.0, 0, slow_after, slow
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def spend(self, t: float) -> None:
+        self.calls += 1
+        late = self.slow_after is not None and self.calls > self.slow_after
+        self.now += t * (self.slow if late else 1.0)
+
+
+def _ev(budget_s: float, t_cand: float, t_cur: float, noise: float = 0.0,
+        clock: Clock | None = None) -> Any:
+    """A judge whose stage has ``budget_s`` of run_s; a call of a side takes its time."""
     rng = random.Random(1)
+    clk = clock or Clock()
 
     def timed(side: Any, slots: Any, check: bool, stage: str, inputs: Any = None,
               buf: int = 0) -> dict[str, Any]:
         t = (t_cand if side.path == "cand" else t_cur) * (1 + noise * rng.uniform(-1, 1))
+        clk.spend(t)
         return {"ms": t, "judge_ms": t + 1.0, "tail_ms": 0.0, "threads": 1, "host_ms": (0.0, 0.0)}
 
     acc = AcceptanceWire(rule="controlled", min_improvement_fraction=0.01, min_pairs=5,
@@ -32,12 +53,13 @@ def _ev(left_s: float, t_cand: float, t_cur: float, noise: float = 0.0) -> Any:
     return SimpleNamespace(
         task=SimpleNamespace(acceptance=acc, correctness=SimpleNamespace(timed_check_fraction=1.0)),
         slots=lambda: [], inputs=lambda slots: {}, rng=random.Random(0), timed=timed, dev="cpu",
-        noop=lambda side, stage: (1.0, 0.0, 0.0, (0.0, 0.0), 0.0), run_deadline=0.0,
-        left=lambda deadline: left_s, warnings=[])
+        noop=lambda side, stage: (1.0, 0.0, 0.0, (0.0, 0.0), 0.0), run_deadline=budget_s,
+        left=lambda deadline: max(0.0, deadline - clk.now), warnings=[], clock=clk)
 
 
 def _pairs(ev: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(acceptance, "scrub", lambda ev, side, slots, buf: None)
+    monkeypatch.setattr(acceptance, "time", ev.clock)
     cand: Any = SimpleNamespace(path="cand", bases=[None])
     cur: Any = SimpleNamespace(path="cur", bases=[None])
     return measure_pairs(ev, cand, cur, max(LOOKS), True)
@@ -49,7 +71,7 @@ def _accepts(ev: Any, rec: Any) -> bool:
 
 def test_out_of_time_the_run_stops_at_the_first_look_with_a_warning(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    ev = _ev(left_s=0.0, t_cand=1.0, t_cur=1.0, noise=0.2)  # A/A: the test continues at 25
+    ev = _ev(budget_s=60.0, t_cand=1.0, t_cur=1.0, noise=0.2)  # A/A: the test continues at 25
     rec = _pairs(ev, monkeypatch)
     assert len(rec.t_cand) == 25 and not _accepts(ev, rec)
     assert len(ev.warnings) == 1 and "stopped at its look of 25 pairs" in ev.warnings[0]
@@ -57,14 +79,14 @@ def test_out_of_time_the_run_stops_at_the_first_look_with_a_warning(
 
 def test_with_time_left_the_run_goes_on_to_its_planned_looks(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    ev = _ev(left_s=1e9, t_cand=1.0, t_cur=1.0, noise=0.2)
+    ev = _ev(budget_s=1e9, t_cand=1.0, t_cur=1.0, noise=0.2)
     rec = _pairs(ev, monkeypatch)
     assert len(rec.t_cand) > 25 and ev.warnings == []
 
 
 def test_a_clear_improvement_is_still_accepted_at_the_look_that_decides(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    ev = _ev(left_s=0.0, t_cand=0.5, t_cur=1.0, noise=0.05)  # decided at 25: nothing stops
+    ev = _ev(budget_s=40.0, t_cand=0.5, t_cur=1.0, noise=0.05)  # decided at 25: nothing stops
     rec = _pairs(ev, monkeypatch)
     assert len(rec.t_cand) == 25 and _accepts(ev, rec) and ev.warnings == []
 
@@ -89,3 +111,42 @@ def test_stopping_at_a_look_never_accepts_what_that_look_did_not() -> None:
             if seq.decision() != "continue":
                 break
     assert checked > 100  # the continuing looks were exercised
+
+
+def test_a_load_rising_between_looks_stops_the_run_there_and_the_rule_looks_once_more(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A/A, a pair takes ~2 s; from the 29th pair on ten times that: at the look of 25 the
+    # next look fitted in 150 s, after it the load rose
+    ev = _ev(budget_s=150.0, t_cand=1.0, t_cur=1.0, noise=0.2, clock=Clock(2 * 28, 10.0))
+    rec = _pairs(ev, monkeypatch)
+    n = len(rec.t_cand)
+    assert 29 < n < 50 and ev.clock.now <= 150.0  # stopped in time, between the looks
+    assert len(ev.warnings) == 1 and f"stopped after {n} pairs, between its planned looks" \
+        in ev.warnings[0]
+    res = rules.controlled_rule(rec.t_cur, rec.t_cand, delta=0.01, alpha=0.05, looks=LOOKS,
+                                min_pairs=5)
+    assert res.pairs == n and res.looks_taken[-1].pairs == n and not res.accepted
+    assert len(res.looks_taken) <= len(LOOKS)
+
+
+def test_stopping_between_looks_keeps_the_false_accept_rate_of_the_planned_looks() -> None:
+    """The host's decision on pairs cut at any count by the clock: A/A never beyond alpha.
+    Pairs of identical kernels under noise, cut at a pair count drawn independently of
+    them (the clock), accepted at most alpha of the time (here 0 of 400 at alpha 0.05 per
+    run; Bonferroni is conservative)."""
+    accepted = 0
+    for seed in range(400):
+        rng = random.Random(seed)
+        n = rng.randint(26, 199)
+        t_cur = [1.0 + 0.3 * rng.random() for _ in range(n)]
+        t_cand = [1.0 + 0.3 * rng.random() for _ in range(n)]
+        accepted += rules.rule_accepts(t_cur, t_cand, rule="controlled", min_pairs=5,
+                                       min_improvement_fraction=0.01, min_positive_fraction=0.6,
+                                       alpha=0.05, looks=LOOKS)
+    assert accepted <= 0.05 * 400
+
+
+def test_the_pace_follows_a_rising_load() -> None:
+    assert acceptance.pace([1.0] * 20) == 1.0
+    assert acceptance.pace([1.0] * 20 + [5.0] * 5) == 5.0
+    assert acceptance.pace([5.0] * 20 + [1.0] * 5) == 4.2  # the mean of all: not the fast stretch
