@@ -41,10 +41,21 @@ if ((${#apt_missing[@]})); then
     apt-get install -y -q --no-install-recommends "${apt_missing[@]}" >/dev/null
 fi
 
+# Versions: constraints.txt pins every Python dependency to the set the whole suite last
+# passed with (scripts/constraints.py writes it), so a fresh machine and CI install what
+# was tested, not whatever was released since. A GPU host keeps the stack its CUDA build
+# of torch came with; KGRADER_UNPINNED=1 skips the pins anywhere.
+has_gpu=0
+ls /dev/nvidia[0-9]* >/dev/null 2>&1 && has_gpu=1
+if [[ "${KGRADER_UNPINNED:-0}" != 1 && $has_gpu == 0 && -f "$REPO/constraints.txt" ]]; then
+    export PIP_CONSTRAINT="$REPO/constraints.txt"
+    step "pip installs pinned by constraints.txt"
+fi
+
 # PyTorch: a bare `torch` requirement pulls a multi-GB CUDA build. Without an NVIDIA GPU
 # pin the CPU build this machine kind carries; with one, keep whatever is installed.
 if ! "$PY" -c 'import torch' 2>/dev/null; then
-    if ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+    if ((has_gpu)); then
         die "install a CUDA build of torch for this GPU first (see README: 'On a GPU host')"
     fi
     step "pip install torch==${KGRADER_TORCH:-2.13.0} (CPU build)"
