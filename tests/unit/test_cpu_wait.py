@@ -57,7 +57,12 @@ def test_nothing_is_taken_off_where_whose_wait_it_was_is_unknown(after: Mark | N
 
 
 def _spinner() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    """A process that spins on a CPU, returned once it spins: on a loaded host the
+    interpreter's own start (which reads files, and sleeps) can outlast a fixed wait."""
+    p = subprocess.Popen([sys.executable, "-c", "print(1, flush=True)\nwhile True: pass"],
+                         stdout=subprocess.PIPE)
+    assert p.stdout is not None and p.stdout.readline()
+    return p
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="no schedstat")
