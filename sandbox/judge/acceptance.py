@@ -39,6 +39,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
     slots = ev.slots()
     frac = ev.task.correctness.timed_check_fraction
     clocks = {id(cand): SideClock(ev, cand, "accept"), id(cur): SideClock(ev, cur, "accept")}
+    ev.name_current(cur)
     seq = rules.SequentialSignTest(delta=acc.min_improvement_fraction, alpha=acc.alpha,
                                    looks=acc.looks, point_margin=acc.rule == "gain",
                                    offset_ms=acc.pair_offset_us / 1e3) \
@@ -64,7 +65,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
                 try:
                     r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)
                 except StageFailure as e:
-                    raise (e.renamed("current_") if side is cur else e) from None
+                    raise blamed(e, side is cur) from None
                 clocks[id(side)].add(r)
                 if j == 0:  # the other side gets the same inputs next: nothing to copy
                     scrub(ev, side, slots, swap)
@@ -81,7 +82,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
             clocks[id(side)].top_up(slots)
             clocks[id(side)].raise_if_escaped(who)
         except StageFailure as e:
-            raise (e.renamed("current_") if side is cur else e) from None
+            raise blamed(e, side is cur) from None
     if empty is not None:
         for side, name in ((cur, "cur"), (cand, "cand")):
             c = clocks[id(side)]
@@ -99,6 +100,17 @@ LOOK_TIME_MARGIN = 1.25
 RECENT_PAIRS = 5
 # Pairs of room the judge keeps between looks: the pair it is about to start and one more.
 ROOM_PAIRS = 2
+
+
+def blamed(e: StageFailure, by_current: bool) -> StageFailure:
+    """``e``, raised in a call of the current best's (``by_current``) or the candidate's,
+    as the report names it: ``current_<code>`` when it is the current best's. A stage that
+    ran out (:func:`sandbox.judge.clock.overrun`) names the side whose answers used its time,
+    or the harness, whichever side was about to call."""
+    by = (e.error.detail or {}).get("overrun_by")
+    if by is not None:
+        by_current = by == "current"
+    return e.renamed("current_") if by_current else e
 
 
 def pace(pair_s: list[float]) -> float:

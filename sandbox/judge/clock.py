@@ -3,31 +3,45 @@
 Each run stage (correctness, timing, acceptance, its replicate) has ``run_s`` of its own,
 and every answer of a runner is waited for at least ``sandbox.judge.sides.MIN_WAIT_S`` (never
 "0.0 s"). When a stage has used up its budget between calls, the judge asks whose time it
-was: the candidate's own answers (the round trips of its calls) or the harness's work
-around them (references, checks, a loaded host). Only the first is the candidate's fault;
-the second is an infrastructure error, retried and never blamed on the kernel.
+was: one side's own answers (the round trips of its calls: the candidate's, or in the
+acceptance stage the current best's too) or the harness's work around them (references,
+checks, a loaded host). A side is blamed only when its own answers took half the stage;
+otherwise it is an infrastructure error, retried and never blamed on a kernel. Each side is
+counted on its own, so that the side that happens to call next after the other side's slow
+answer is not blamed for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage
 
+# What a side is called in a message, by role.
+ROLE_NAMES: dict[str, str] = {"candidate": "the candidate", "current": "the current best"}
+
 
 def overrun(stage: ErrorStage, t0: float, deadline: float, now: float,
-            answer_s: float) -> StageFailure | None:
+            answers: Mapping[str, float]) -> StageFailure | None:
     """The failure for ``stage`` (started at ``t0``) if ``now`` is past its ``deadline``;
-    ``answer_s``: seconds the candidate's answers took in it."""
+    ``answers``: seconds each side's answers took in it, by role (``candidate``,
+    ``current``). A side's timeout names it in ``detail["overrun_by"]`` (the judge's
+    acceptance stage blames that side, whichever side was about to call); the harness's
+    names ``harness``."""
     if now <= deadline:
         return None
     spent, budget = now - t0, deadline - t0
-    detail = {"stage_budget_s": round(budget, 3), "spent_s": round(spent, 3),
-              "candidate_answers_s": round(answer_s, 3)}
-    if answer_s >= 0.5 * spent:
+    detail: dict[str, object] = {"stage_budget_s": round(budget, 3), "spent_s": round(spent, 3)}
+    detail.update({f"{role}_answers_s": round(s, 3) for role, s in sorted(answers.items())})
+    role, own = max(answers.items(), key=lambda kv: kv[1], default=("candidate", 0.0))
+    if own >= 0.5 * spent:
         return StageFailure(stage, "timeout", f"the {stage} stage ran out of its {budget:.0f} s: "
-                            f"the candidate's own calls took {answer_s:.1f} s of {spent:.1f} s",
-                            detail=detail)
+                            f"{ROLE_NAMES.get(role, role)}'s own calls took {own:.1f} s of "
+                            f"{spent:.1f} s", detail={**detail, "overrun_by": role})
+    calls = " and ".join(f"{ROLE_NAMES.get(r, r)}'s calls took {s:.1f} s"
+                         for r, s in sorted(answers.items())) or "no side's call was answered"
     return StageFailure(stage, "harness_timeout", f"the {stage} stage ran out of its {budget:.0f} s "
-                        f"while the candidate's calls took only {answer_s:.1f} s of {spent:.1f} s: "
-                        "the harness's own work (references, checks, a loaded host) used the "
-                        "rest; run again", origin="infrastructure", detail=detail)
+                        f"while {calls} of {spent:.1f} s (under half): the harness's own work "
+                        "(references, checks, a loaded host) used the rest; run again",
+                        origin="infrastructure", detail={**detail, "overrun_by": "harness"})

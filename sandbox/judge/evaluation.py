@@ -68,7 +68,8 @@ class Evaluation:
         self.compile_deadline = self.t0 + req.limits.compile_s
         self.run_deadline = self.compile_deadline + req.limits.run_s
         self.stage_t0 = self.t0
-        self.answer_s = 0.0  # the candidate's answers' round trips in the current stage
+        self.answers: dict[str, float] = {}  # the current stage's answers' round trips, by role
+        self.roles: dict[int, str] = {}  # id(side) -> its role where not the candidate's
         self.compile_s: float | None = None
         self.correctness: dict[str, Any] = {}
         self.timing: TimingRecord | None = None
@@ -117,7 +118,13 @@ class Evaluation:
         replicate): a slow first stage leaves the next its whole budget."""
         self.stage_t0 = time.monotonic()
         self.run_deadline = self.stage_t0 + self.req.limits.run_s
-        self.answer_s = 0.0
+        self.answers = {}
+        self.roles = {}
+
+    def name_current(self, side: Side) -> None:
+        """``side`` is the current best's for this stage: its answers are counted apart
+        from the candidate's when the stage's clock asks whose time ran out."""
+        self.roles[id(side)] = "current"
 
     def start_open_clock(self) -> None:
         """Runners opened after the compile stage (the acceptance pairs) get ``compile_s``."""
@@ -132,16 +139,17 @@ class Evaluation:
 
     def check_clock(self, stage: ErrorStage, deadline: float) -> None:
         """Before a call: has ``stage`` used up its budget, and whose time was it
-        (:func:`sandbox.judge.clock.overrun`)?"""
+        (:func:`sandbox.judge.clock.overrun`; each side's answers counted on its own)?"""
         failure = overrun(stage, self.t0 if stage == "compile" else self.stage_t0, deadline,
-                          time.monotonic(), self.answer_s)
+                          time.monotonic(), self.answers)
         if failure is not None:
             raise failure
 
     def answered(self, side: Side, seconds: float) -> None:
         """One answer of ``side`` took ``seconds`` (the judge's round trip)."""
         side.longest_s = max(side.longest_s, seconds)
-        self.answer_s += seconds
+        role = self.roles.get(id(side), "candidate")
+        self.answers[role] = self.answers.get(role, 0.0) + seconds
 
     @staticmethod
     def failure(stage: ErrorStage, e: RunnerFailure, where: dict[str, Any] | None = None) -> StageFailure:
@@ -183,6 +191,7 @@ class Evaluation:
 
     def close_side(self, side: Side) -> None:
         side.close()
+        self.roles.pop(id(side), None)  # a later side may get its id
         if side in self.sides:
             self.sides.remove(side)
 

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from sandbox.contract import rules
+from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import AcceptanceWire
-from sandbox.judge import acceptance
+from sandbox.judge import acceptance, evaluation
 from sandbox.judge.acceptance import measure_pairs
+from sandbox.judge.evaluation import Evaluation
 
 LOOKS = (25, 50, 100, 200)
 
@@ -54,14 +56,15 @@ def _ev(budget_s: float, t_cand: float, t_cur: float, noise: float = 0.0,
         task=SimpleNamespace(acceptance=acc, correctness=SimpleNamespace(timed_check_fraction=1.0)),
         slots=lambda: [], inputs=lambda slots: {}, rng=random.Random(0), timed=timed, dev="cpu",
         noop=lambda side, stage: (1.0, 0.0, 0.0, (0.0, 0.0), 0.0), run_deadline=budget_s,
-        left=lambda deadline: max(0.0, deadline - clk.now), warnings=[], clock=clk)
+        left=lambda deadline: max(0.0, deadline - clk.now), warnings=[], clock=clk,
+        name_current=lambda side: None)
 
 
 def _pairs(ev: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(acceptance, "scrub", lambda ev, side, slots, buf: None)
     monkeypatch.setattr(acceptance, "time", ev.clock)
-    cand: Any = SimpleNamespace(path="cand", bases=[None])
-    cur: Any = SimpleNamespace(path="cur", bases=[None])
+    cand: Any = SimpleNamespace(path="cand", bases=[None], longest_s=0.0)
+    cur: Any = SimpleNamespace(path="cur", bases=[None], longest_s=0.0)
     return measure_pairs(ev, cand, cur, max(LOOKS), True)
 
 
@@ -150,3 +153,64 @@ def test_the_pace_follows_a_rising_load() -> None:
     assert acceptance.pace([1.0] * 20) == 1.0
     assert acceptance.pace([1.0] * 20 + [5.0] * 5) == 5.0
     assert acceptance.pace([5.0] * 20 + [1.0] * 5) == 4.2  # the mean of all: not the fast stretch
+
+
+def _clocked_ev(budget_s: float, stall: dict[str, float], clk: Clock,
+                monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A judge whose calls go through the real stage clock (``Evaluation.check_clock`` before
+    each call, ``Evaluation.answered`` after it): a side's ``n``-th call stalls for
+    ``stall["<path>:<n>"]`` seconds."""
+    monkeypatch.setattr(evaluation, "time", clk)
+    made: dict[str, int] = {}
+    ev: Any = SimpleNamespace(t0=0.0, stage_t0=0.0, answers={}, roles={})
+
+    def timed(side: Any, slots: Any, check: bool, stage: str, inputs: Any = None,
+              buf: int = 0) -> dict[str, Any]:
+        Evaluation.check_clock(ev, "accept", budget_s)
+        made[side.path] = made.get(side.path, 0) + 1
+        t = 1.0 + stall.get(f"{side.path}:{made[side.path]}", 0.0)
+        clk.spend(t)
+        Evaluation.answered(ev, side, t)
+        return {"ms": t, "judge_ms": t + 1.0, "tail_ms": 0.0, "threads": 1, "host_ms": (0.0, 0.0)}
+
+    base = _ev(budget_s, 1.0, 1.0, clock=clk)
+    vars(ev).update({**vars(base), "timed": timed,
+                     "name_current": lambda side: Evaluation.name_current(ev, side),
+                     "run_deadline": 1e9})  # the looks' own stop kept out of the way
+    return ev
+
+
+def _failure(ev: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    with pytest.raises(StageFailure) as info:
+        _pairs(ev, monkeypatch)
+    return info.value.error
+
+
+def test_a_stage_run_out_by_the_candidates_stall_is_the_candidates_whoever_calls_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # pairs go (cand, cur), (cur, cand), (cand, cur): the candidate's 3rd call, the first of
+    # the third pair, stalls 200 s; the current best calls next
+    ev = _clocked_ev(150.0, {"cand:3": 200.0}, Clock(), monkeypatch)
+    e = _failure(ev, monkeypatch)
+    assert e.code == "timeout" and e.origin == "candidate" and e.detail["overrun_by"] == "candidate"
+    assert e.message.startswith("the accept stage ran out of its 150 s: the candidate's own calls")
+    assert e.detail["candidate_answers_s"] == 203.0 and e.detail["current_answers_s"] == 2.0
+
+
+def test_a_stage_run_out_by_the_current_bests_stall_is_the_current_bests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the current best's 2nd call, the first of the second pair, stalls; the candidate
+    # calls next
+    ev = _clocked_ev(150.0, {"cur:2": 200.0}, Clock(), monkeypatch)
+    e = _failure(ev, monkeypatch)
+    assert e.code == "current_timeout" and e.detail["overrun_by"] == "current"
+    assert "the current best's own calls took 202.0 s of 203.0 s" in e.message
+
+
+def test_a_stage_run_out_by_both_sides_alike_is_the_harnesss_and_retried(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A/A on a machine where every call slowed tenfold: each side took under half the stage
+    ev = _clocked_ev(150.0, {}, Clock(slow_after=4, slow=10.0), monkeypatch)
+    e = _failure(ev, monkeypatch)
+    assert e.code == "harness_timeout" and e.origin == "infrastructure"
+    assert e.detail["overrun_by"] == "harness"

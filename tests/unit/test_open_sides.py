@@ -215,7 +215,7 @@ def test_each_pair_times_calls_per_pair_rounds_interleaved_on_shared_inputs(
     ev = SimpleNamespace(
         task=SimpleNamespace(acceptance=acc, correctness=SimpleNamespace(timed_check_fraction=1.0)),
         slots=lambda: [], inputs=inputs, rng=random.Random(0), timed=timed, dev="cpu",
-        noop=lambda side, stage: (1.0, 0.0, 0.0, (0.0, 0.0), 0.0))
+        noop=lambda side, stage: (1.0, 0.0, 0.0, (0.0, 0.0), 0.0), name_current=lambda side: None)
     monkeypatch.setattr(acceptance, "scrub",
                         lambda ev, side, slots, buf: calls.append((f"scrub {side.path}", buf)))
     cand = SimpleNamespace(path="cand", bases=[None])
