@@ -23,8 +23,10 @@ import json, os, sys, tempfile, time
 from pathlib import Path
 import ray
 from grader.leaderboard import ray_stop
+from tests.e2e._ray import patient_node_start
 
 ray_stop.CANCEL_WAIT_S = 3.0  # the stubborn task never settles by itself
+patient_node_start()  # a loaded host's raylet may register after Ray's 30 s
 ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False,
          _node_ip_address="127.0.0.1")  # loopback only, not this host's other address
 

@@ -31,7 +31,7 @@ import requests
 
 from grader.service.store import JobRow, Store
 from tests.e2e._backends import backend_or_skip
-from tests.e2e._ray import LOOPBACK, quiet_env
+from tests.e2e._ray import LOOPBACK, patient_node_start, quiet_env
 from tests.e2e.test_service_e2e import TASK, Server, _kgrader
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow]
@@ -45,6 +45,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
     for name, value in quiet_env({}).items():  # the nodes, and the server's bridge
         monkeypatch.setenv(name, value)
+    patient_node_start(monkeypatch)  # a loaded host's raylet may register after Ray's 30 s
     # Every node on loopback (the server's bridge connects there, and stays there).
     c: Any = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "resources": {"kg_head": 1}, "include_dashboard": False,
