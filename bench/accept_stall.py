@@ -11,8 +11,7 @@ the verdict's code, stage, message and ``overrun_by``), then a summary line.
 
 The pairs have begun when the current best's runner, after waiting idle for ``--quiet-s``
 (started ahead, it imports torch, then waits in one read while the candidate is graded),
-answers calls: its voluntary context switches (each call is a read and a write) grow by
-``--switches``.
+computes: its CPU time grows by ``--busy-s`` (the CPU device: its calls are CPU work).
 
     python3 bench/accept_stall.py --side candidate --stop-s 8 --after-s 20 --run-s 40 --runs 3
 """
@@ -54,39 +53,35 @@ def runners(name: str, root: int) -> list[int]:
     return sorted(out)
 
 
-def switches(pid: int) -> int:
-    """Voluntary context switches of all of ``pid``'s threads (-1: gone)."""
-    total = 0
+def cpu_s(pid: int) -> float:
+    """CPU seconds ``pid`` has used (user + system; -1: gone)."""
     try:
-        for t in Path(f"/proc/{pid}/task").iterdir():
-            for line in (t / "status").read_text().splitlines():
-                if line.startswith("voluntary_ctxt_switches:"):
-                    total += int(line.split()[1])
-    except OSError:
-        return -1
-    return total
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return -1.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def watch(args: argparse.Namespace, proc: subprocess.Popen[bytes], note: dict[str, Any]) -> None:
     """Find the pairs' start, then stall the chosen side's newest runner."""
     t0 = time.monotonic()
-    base: dict[int, tuple[int, float, bool]] = {}  # pid -> (switches, since, was quiet)
+    base: dict[int, tuple[float, float, bool]] = {}  # pid -> (cpu s, since, was idle)
     began = False
     while proc.poll() is None and not began:
         now = time.monotonic()
         for pid in runners("current.py", proc.pid):
-            n = switches(pid)
-            if n < 0:
+            c = cpu_s(pid)
+            if c < 0:
                 continue
-            last, since, quiet = base.get(pid, (n, now, False))
-            if n == last:
-                base[pid] = (n, since, quiet or now - since >= args.quiet_s)
-            elif quiet and n - last >= args.switches:
+            last, since, idle = base.get(pid, (c, now, False))
+            if c - last < 0.05:  # flat
+                base[pid] = (last, since, idle or now - since >= args.quiet_s)
+            elif idle and c - last >= args.busy_s:
                 note["pairs_began_s"] = round(now - t0, 2)
                 began = True
                 break
-            elif not quiet:
-                base[pid] = (n, now, False)
+            elif not idle:
+                base[pid] = (c, now, False)
         time.sleep(0.05)
     if proc.poll() is not None:
         note["stalled"] = False
@@ -155,7 +150,8 @@ def main() -> None:
     ap.add_argument("--stop-s", type=float, default=8.0, help="how long the side is stopped")
     ap.add_argument("--run-s", type=float, default=40.0)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--switches", type=int, default=40, help="the pairs' start (see above)")
+    ap.add_argument("--busy-s", type=float, default=0.3,
+                    help="CPU seconds of the current best's runner that start the pairs")
     ap.add_argument("--quiet-s", type=float, default=3.0,
                     help="how long the current best's runner waits idle before the pairs")
     ap.add_argument("--device", default="cpu")
