@@ -102,13 +102,19 @@ RECENT_PAIRS = 5
 ROOM_PAIRS = 2
 
 
+# The codes of a stage that ran out (sandbox.judge.clock.overrun).
+OVERRUN_CODES = frozenset({"timeout", "harness_timeout"})
+
+
 def blamed(e: StageFailure, by_current: bool) -> StageFailure:
     """``e``, raised in a call of the current best's (``by_current``) or the candidate's,
     as the report names it: ``current_<code>`` when it is the current best's. A stage that
     ran out (:func:`sandbox.judge.clock.overrun`) names the side whose answers used its time,
-    or the harness, whichever side was about to call."""
+    or the harness, whichever side was about to call. Only the stage clock's own codes are
+    read so (a runner's failure detail is built by the judge, never by the runner, but a
+    side's failure is never moved to the other side on anything else)."""
     by = (e.error.detail or {}).get("overrun_by")
-    if by is not None:
+    if e.error.code in OVERRUN_CODES and by in ("candidate", "current", "harness"):
         by_current = by == "current"
     return e.renamed("current_") if by_current else e
 

@@ -45,3 +45,14 @@ def test_two_sides_under_half_each_are_not_blamed_together() -> None:
 def test_a_stage_with_no_answer_yet_is_the_harnesss() -> None:
     f = overrun("correctness", t0=0.0, deadline=10.0, now=11.0, answers={})
     assert f is not None and f.error.code == "harness_timeout"
+
+
+def test_only_the_stage_clocks_own_codes_move_the_blame_to_another_side() -> None:
+    from sandbox.contract.failure import StageFailure
+    from sandbox.judge.acceptance import blamed
+
+    late = overrun("accept", t0=0.0, deadline=10.0, now=11.0, answers={"candidate": 9.0})
+    assert late is not None and blamed(late, by_current=True).error.code == "timeout"
+    other = StageFailure("accept", "wrong_values", "x", detail={"overrun_by": "current"})
+    assert blamed(other, by_current=False).error.code == "wrong_values"
+    assert blamed(other, by_current=True).error.code == "current_wrong_values"
