@@ -14,6 +14,7 @@ from typing import Any, Literal
 from sandbox.contract import stats
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage, TimingRecord
+from sandbox.judge.device import open_nvml
 from sandbox.judge.escape import NOISE_CAP_MS, escaped_time
 from sandbox.judge.evaluation import Evaluation
 from sandbox.judge.sides import Side
@@ -174,7 +175,7 @@ def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
     frac = c.timed_check_fraction
     warm_up(ev, [side], slots, "benchmark")
     clock = SideClock(ev, side, "benchmark")
-    nvml, why_not = ev.nvml()
+    nvml, why_not = open_nvml(ev.dev)
     blocks: list[dict[str, Any]] = []
     checked = 0
     for i in range(b.samples * b.reps):

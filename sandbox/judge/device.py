@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import platform
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from sandbox.tools.nvml import Nvml
 
 
 def device_environment(device: str) -> dict[str, Any]:
@@ -61,3 +64,23 @@ def _driver_version() -> str | None:
         return None
     m = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", first)
     return m.group(1) if m else first.strip()[:80]
+
+
+def open_nvml(dev: str) -> tuple[Nvml | None, str]:
+    """NVML for clocks/power/throttle per block, or the reason it is unavailable."""
+    if dev != "cuda":
+        return None, "no NVML on the CPU"
+    from sandbox.tools.nvml import Nvml
+
+    try:
+        return Nvml.open(str(getattr(torch.cuda.get_device_properties(0), "uuid", "")))
+    except Exception as e:  # a missing symbol in an old driver: report, never fail the run
+        return None, f"NVML error: {e}"
+
+
+def gpu_fraction(dev: str, mib: int | None) -> float | None:
+    """Per-runner share of the device for ``limits.gpu_memory_mib`` (torch's allocator cap)."""
+    if dev != "cuda" or not mib:
+        return None
+    total = torch.cuda.get_device_properties(0).total_memory
+    return min(1.0, (int(mib) << 20) / total)

@@ -89,26 +89,6 @@ class Evaluation:
         all_dims = [*self.task.tune, *self.task.hidden, self.bench_dims]
         self.nbytes = max(total_bytes(self.problem.layout(d)) for d in all_dims)
 
-    # ---- device --------------------------------------------------------------------
-    def nvml(self) -> tuple[Nvml | None, str]:
-        """NVML for clocks/power/throttle per block, or the reason it is unavailable."""
-        if self.dev != "cuda":
-            return None, "no NVML on the CPU"
-        from sandbox.tools.nvml import Nvml
-
-        try:
-            return Nvml.open(str(getattr(torch.cuda.get_device_properties(0), "uuid", "")))
-        except Exception as e:  # a missing symbol in an old driver: report, never fail the run
-            return None, f"NVML error: {e}"
-
-    def gpu_fraction(self) -> float | None:
-        """Per-runner share of the device for ``limits.gpu_memory_mib`` (torch's allocator cap)."""
-        mib = self.req.limits.gpu_memory_mib
-        if self.dev != "cuda" or not mib:
-            return None
-        total = torch.cuda.get_device_properties(0).total_memory
-        return min(1.0, (int(mib) << 20) / total)
-
     # ---- deadlines and failures ----------------------------------------------------
     def left(self, deadline: float) -> float:
         return max(0.0, deadline - time.monotonic())

@@ -13,6 +13,7 @@ import time
 from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import ErrorStage
 from sandbox.judge import prestart
+from sandbox.judge.device import open_nvml
 from sandbox.judge.hub import Hub, SideLike
 from sandbox.launcher import caps, identity
 
@@ -60,7 +61,7 @@ def foreign_on_device(ev: Hub) -> str | None:
     from sandbox.tools import nvml
 
     if ev.nvml_handle is None:
-        ev.nvml_handle = ev.nvml()[0]
+        ev.nvml_handle = open_nvml(ev.dev)[0]
     if ev.nvml_handle is None:
         return "NVML is unavailable, so the device's processes cannot be counted"
     return nvml.foreign_compute_processes(ev.nvml_handle, 1 + len(ev.sides)
@@ -106,7 +107,7 @@ def check_beside(ev: Hub, stage: ErrorStage) -> None:
     if ev.dev != "cuda":
         return
     if ev.nvml_handle is None:
-        ev.nvml_handle = ev.nvml()[0]
+        ev.nvml_handle = open_nvml(ev.dev)[0]
     expected = 1 + len(ev.sides) + len(problem)
     foreign = nvml.foreign_compute_processes(ev.nvml_handle, expected)
     deadline = time.monotonic() + FOREIGN_SETTLE_S

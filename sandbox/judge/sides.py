@@ -13,6 +13,7 @@ import torch
 from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import BenchmarkWire, ErrorStage
 from sandbox.judge import prestart
+from sandbox.judge.device import gpu_fraction
 from sandbox.judge.hub import Hub
 from sandbox.judge.isolation import check_threads, threads_of
 from sandbox.launcher.gpu_share import GpuBuffer, export_buffer
@@ -140,7 +141,7 @@ def open_sides(ev: Hub, wanted: list[tuple[str, tuple[Any, ...]]], stage: ErrorS
     try:
         for path, buffers in wanted:
             side = Side(path, ev.task.entrypoint, ev.dev, ev.nbytes, ev.task.benchmark,
-                        ev.gpu_fraction(), open_wait(ev),
+                        gpu_fraction(ev.dev, ev.req.limits.gpu_memory_mib), open_wait(ev),
                         audit_ops=ev.task.audit_ops and not ev.trusted(path),
                         buffers=buffers, runner=prestart.take(path),
                         extra=ev.problem.runner_setup(), wait=False)

@@ -38,6 +38,7 @@ from sandbox.contract.wire import (
     SanitizerRecord,
 )
 from sandbox.judge.correctness import correctness_stage
+from sandbox.judge.device import gpu_fraction
 from sandbox.judge.evaluation import Evaluation
 from sandbox.judge.sides import Side
 from sandbox.launcher import identity, protocol
@@ -146,7 +147,7 @@ def open_wrapped(ev: Evaluation, prefix: tuple[str, ...], stage: ErrorStage) -> 
     bench = dataclasses.replace(ev.task.benchmark, cache="hot", flush_mib=None, cuda_graph=False)
     try:
         side = Side(ev.req.candidate, ev.task.entrypoint, "cuda", ev.nbytes, bench,
-                    ev.gpu_fraction(), ev.left(ev.run_deadline), audit_ops=ev.task.audit_ops,
+                    gpu_fraction(ev.dev, ev.req.limits.gpu_memory_mib), ev.left(ev.run_deadline), audit_ops=ev.task.audit_ops,
                     prefix=prefix)
     except RunnerFailure as e:
         raise infrastructure("runner_setup_failed", "the runner did not start under the tool: "

@@ -51,7 +51,7 @@ LAZY_EDGES = {
     ("sandbox.problem.main", "sandbox.problem.serve"): _ORDER + ", then the problem's code",
     ("sandbox.problem.serve", "sandbox.launcher.gpu_share"): "CUDA buffers only",
     ("sandbox.runner.main", "sandbox.launcher.gpu_share"): "CUDA buffers only",
-    ("sandbox.judge.evaluation", "sandbox.tools.nvml"): "CUDA only",
+    ("sandbox.judge.device", "sandbox.tools.nvml"): "CUDA only",
     ("sandbox.judge.isolation", "sandbox.tools.nvml"): "CUDA only",
     ("sandbox.launcher.harden", "sandbox.launcher.identity"): _LOCKDOWN,
     ("sandbox.launcher.harden", "sandbox.launcher.seccomp"): _LOCKDOWN,

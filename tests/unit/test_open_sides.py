@@ -53,14 +53,11 @@ class _Task:
 class _Ev:
     def __init__(self) -> None:
         self.task, self.dev, self.nbytes, self.compile_deadline = _Task(), "cpu", 0, 0.0
-        self.req = type("R", (), {"limits": type("L", (), {"compile_s": 60.0})()})()
+        self.req = type("R", (), {"limits": type("L", (), {"compile_s": 60.0, "gpu_memory_mib": None})()})()
         self.sides: list[Any] = []
         self.runners_opened = 0
         self.phases: dict[str, float] = {}
         self.problem = type("P", (), {"runner_setup": lambda self: {}})()
-
-    def gpu_fraction(self) -> None:
-        return None
 
     def left(self, deadline: float) -> float:
         return 10.0
