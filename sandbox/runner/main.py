@@ -26,6 +26,7 @@ from sandbox.contract.text import NAME_CAP, clean
 from sandbox.launcher import harden, protocol
 from sandbox.launcher.proc import runner_arg_parser
 from sandbox.problem.tensors import DTYPES
+from sandbox.runner.boundary import SealBroken
 from sandbox.runner.op_audit import AuditTampered, audited, report
 from sandbox.runner.returned import Returned
 from sandbox.runner.timing import Timer, _perf_ns, thread_count
@@ -253,6 +254,8 @@ class Runner:
             return _error("op_audit_tampered", e, self.path)
         except TwinError as e:
             return _error("kernel_argument_unsupported", e, self.path)
+        except SealBroken as e:
+            return _error("launch_tampered", e, self.path)
         except BaseException as e:
             return _error(_classify(e), e, self.path)
         finally:

@@ -28,7 +28,7 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-from sandbox.runner.twin import Twins, mirror
+from sandbox.runner.twin import Twins, mirror, tensor_args
 
 # aten overload packets (``torch.ops.aten.<name>``) that never compute an answer.
 ALLOWED = frozenset({
@@ -66,19 +66,26 @@ class OpAudit(TorchDispatchMode):  # type: ignore[no-untyped-call]
         super().__init__()  # type: ignore[no-untyped-call]
         self.ops: list[str] = []
         self.twins = twins
+        self.touched: list[str] = []  # ops host code ran on the kernels' side
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                            kwargs: Any = None) -> Any:
         name = func.overloadpacket.__name__
         self.ops.append(name)
         kwargs = kwargs or {}
+        tw = self.twins
+        if tw is not None and tw.real and any(tw.is_real(t) for t in tensor_args(args, kwargs)):
+            # Host code can hold the kernels' side only by going around the boundary
+            # (sandbox.runner.boundary): a scalar read or a copy of it is compute all the same.
+            self.touched.append(name)
         out = func(*args, **kwargs)
         if self.twins is not None and name in ALLOWED and name not in _NOT_MIRRORED:
             mirror(self.twins, func, args, kwargs, out)
         return out
 
     def compute_ops(self) -> list[str]:
-        return sorted({op for op in self.ops if op not in ALLOWED})
+        return sorted({op for op in self.ops if op not in ALLOWED} |
+                      {f"{op} on the kernels' tensors" for op in self.touched})
 
 
 def audited(call: Callable[[], Any], twins: Twins | None = None) -> tuple[Callable[[], Any], OpAudit]:

@@ -39,13 +39,11 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from sandbox.runner.boundary import _SCALARS, Plain, Seal, bound_arguments, plain_grid, quiet
+from sandbox.runner.boundary import TwinError as TwinError
+
 ALIGN = 512  # decoys keep the slot's pointer alignment modulo this (vectorised paths)
 _FILL = 0xFF  # NaN for every float dtype, -1 for signed integers
-SLOW = object()  # Twins.direct: this argument takes the slow lane
-
-
-class TwinError(RuntimeError):
-    """A kernel argument kgrader cannot give a twin (the candidate's failure)."""
 
 
 @dataclasses.dataclass
@@ -70,6 +68,8 @@ class Twins:
         self._lock = threading.RLock()
         self.active = False
         self.launches = 0  # launches whose arguments were twinned in the current call
+        self.key = ""  # the current call's layout key
+        self.real: set[int] = set()  # storages of the kernels' side (judge's slots, copies)
         self.copies = 0  # host tensors copied to the kernels' side in the current call
 
     # ---- the call ------------------------------------------------------------------
@@ -86,6 +86,8 @@ class Twins:
             decoys, direct, entries = bound
             self._direct = {id(d): (d, r) for d, r in direct}
             self._map.update(entries)
+            self.real = {e.real.data_ptr() for e in entries.values()}
+            self.key = key
             self.launches = self.copies = 0
             self.active = True
         return decoys
@@ -109,6 +111,7 @@ class Twins:
             self.active = False
             self._direct = {}
             self._map = {k: e for k, e in self._map.items() if e.slot}
+            self.real = set()
             return {"launches": self.launches, "copies": self.copies}
 
     def _drop_slots(self) -> None:
@@ -130,15 +133,13 @@ class Twins:
     def has(self, t: torch.Tensor) -> bool:
         return id(t) in self._direct or _sptr(t) in self._map
 
-    def direct(self, a: Any) -> Any:
-        """The fast lane of :meth:`kernel_arg`: a decoy itself, or any non-pointer value;
-        ``SLOW`` when the argument needs :meth:`kernel_arg` (which may make tensors)."""
-        hit = self._direct.get(id(a))
-        if hit is not None and hit[0] is a:
-            return hit[1]
-        if isinstance(a, torch.Tensor) or hasattr(a, "data_ptr") or hasattr(a, "base"):
-            return SLOW
-        return a
+    def is_real(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` views the kernels' side (a judge's slot or a launch's copy): host
+        code holding such a tensor got it around the boundary."""
+        try:
+            return _sptr(t) in self.real
+        except (RuntimeError, NotImplementedError):  # no storage (meta, sparse): not a slot
+            return False
 
     def twin(self, t: torch.Tensor) -> torch.Tensor:
         """The kernels' side of host tensor ``t`` (made now, by copy, if it has none)."""
@@ -151,6 +152,7 @@ class Twins:
                 storage = t.untyped_storage()
                 e = _Entry(storage.clone(), 0, storage, False)  # type: ignore[no-untyped-call]
                 self._map[_sptr(t)] = e
+                self.real.add(e.real.data_ptr())
                 self.copies += 1
             off = _byte_off(t) + e.delta
             size = t.element_size()
@@ -169,18 +171,6 @@ class Twins:
                                         _byte_off(real_side) - _byte_off(decoy_side),
                                         decoy_side.untyped_storage(), False)
 
-    def kernel_arg(self, a: Any) -> Any:
-        """One argument of a Triton launch, as the kernel must see it."""
-        if isinstance(a, torch.Tensor):
-            return self.twin(a)
-        base = getattr(a, "base", None)
-        if isinstance(base, torch.Tensor) and dataclasses.is_dataclass(a) and not isinstance(a, type):
-            return dataclasses.replace(a, base=self.twin(base))  # e.g. a TMA TensorDescriptor
-        if hasattr(a, "data_ptr") and not isinstance(a, type):
-            raise TwinError(f"a kernel argument of type {type(a).__name__} exposes data_ptr but "
-                            "is not a tensor: kernel-only tasks launch kernels on tensors")
-        return a
-
     @contextmanager
     def launching(self) -> Iterator[None]:
         with _disable_current_modes():
@@ -192,7 +182,7 @@ def mirror(twins: Twins, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     calls this for allowed ops, after running ``func`` itself on what the host code holds)."""
     if not twins.active:
         return
-    flat_in = _tensors(args, kwargs)
+    flat_in = tensor_args(args, kwargs)
     if not any(twins.has(a) for a in flat_in):
         return  # host-only data: nothing of the kernels' side is involved
     flat_out = [o for o in _flat(out) if isinstance(o, torch.Tensor)]
@@ -210,7 +200,11 @@ def mirror(twins: Twins, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any
 
 
 def install(twins_of: Callable[[], Twins | None]) -> None:
-    """Route every Triton launch's arguments through the active twins (idempotent)."""
+    """Route every Triton launch through the twin boundary (idempotent; before the
+    candidate's import: the seal is taken here)."""
+    plain: Plain | None = None
+    seal: Seal | None = None
+    compiled: set[tuple[Any, ...]] = set()
     for cls in _kernel_classes():
         run = cls.__dict__.get("run")
         if run is None or getattr(run, "_kgrader_twins", False):
@@ -220,17 +214,45 @@ def install(twins_of: Callable[[], Twins | None]) -> None:
             twins = twins_of()
             if twins is None or not twins.active:
                 return _run(self, *args, **kwargs)
-            a = [twins.direct(x) for x in args]
-            kw = {k: twins.direct(v) for k, v in kwargs.items()}
-            if any(x is SLOW for x in a) or any(v is SLOW for v in kw.values()):
-                with twins.launching():  # views, scratch tensors, descriptors: made here
-                    a = [twins.kernel_arg(x) for x in args]
-                    kw = {k: twins.kernel_arg(v) for k, v in kwargs.items()}
-            twins.launches += 1
-            return _run(self, *a, **kw)
+            assert plain is not None and seal is not None
+            return _launch(twins, plain, seal, compiled, self, _run, args, kwargs)
 
         wrapped._kgrader_twins = True  # type: ignore[attr-defined]
         cls.run = wrapped  # type: ignore[attr-defined]
+    plain, seal = Plain(), Seal()
+
+
+def _launch(twins: Twins, plain: Plain, seal: Seal, compiled: set[tuple[Any, ...]], kernel: Any,
+            run: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One launch across the boundary (:mod:`sandbox.runner.boundary`): everything candidate
+    code may see runs on the decoy side first; the real launch calls no candidate code."""
+    grid, warmup = kwargs.pop("grid", None), bool(kwargs.pop("warmup", False))
+    dargs = [plain.plain(a) for a in args]
+    dkw = {k: plain.plain(v) for k, v in kwargs.items()}
+    if not warmup:
+        for hook in list(kernel.__dict__.get("pre_run_hooks") or ()):
+            hook(*dargs, **dkw)
+        if callable(grid):
+            grid = grid(bound_arguments(kernel, dargs, dkw))
+        grid = plain_grid(grid)
+    rargs = [plain.real(a, twins.twin) for a in dargs]  # no candidate code from here on
+    rkw = {k: plain.real(v, twins.twin) for k, v in dkw.items()}
+    key = (id(kernel), twins.key, tuple((k, v) for k, v in dkw.items() if type(v) in _SCALARS))
+    with quiet(kernel):
+        if key not in compiled and _compiles(kernel):
+            run(kernel, *dargs, grid=grid, warmup=True, **dkw)  # compile-time code sees decoys
+            compiled.add(key)
+        seal.check()
+        with twins.launching():
+            out = run(kernel, *rargs, grid=grid, warmup=warmup, **rkw)
+        seal.refresh_driver()
+    twins.launches += 1
+    return out
+
+
+def _compiles(kernel: Any) -> bool:
+    """Whether a launch of ``kernel`` compiles (Triton's JIT; the interpreter compiles nothing)."""
+    return hasattr(kernel, "device_caches")
 
 
 def _kernel_classes() -> list[type]:
@@ -250,7 +272,7 @@ def _kernel_classes() -> list[type]:
     return classes
 
 
-def _tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+def tensor_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
     """The tensors among an op's arguments, one list level deep (allowed ops take no more)."""
     out: list[torch.Tensor] = []
     for a in (*args, *kwargs.values()):
@@ -296,4 +318,4 @@ def _extent(t: torch.Tensor) -> int:
     return (int(last) + 1) * t.element_size()
 
 
-__all__ = ["TwinError", "Twins", "install", "mirror"]
+__all__ = ["TwinError", "Twins", "install", "mirror", "tensor_args"]

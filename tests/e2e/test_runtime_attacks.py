@@ -71,6 +71,16 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     "mode_stack_popped.py": ({"correctness"}, {"output_untouched", "wrong_values", "op_audit_tampered"}),
     "helper_thread_torch_op.py": ({"correctness"}, {"output_untouched", "wrong_values",
                                                     "background_thread"}),
+    # the twin boundary (sandbox/runner/boundary.py): Triton's callbacks into candidate code
+    # (grid, pre-run hooks, launch metadata, argument conversions) run on the decoys only
+    "grid_callable_computes.py": ({"compile", "correctness"}, {"output_untouched", "wrong_values"}),
+    "pre_run_hook_computes.py": ({"compile", "correctness"}, {"output_untouched", "wrong_values"}),
+    "launch_metadata_hook.py": ({"compile", "correctness"}, {"output_untouched", "wrong_values"}),
+    "index_argument_walks_frames.py": ({"compile", "correctness"}, {"output_untouched", "wrong_values"}),
+    "tuple_argument_of_object.py": ({"compile"}, {"kernel_argument_unsupported"}),
+    "patch_triton_launch.py": ({"compile"}, {"launch_tampered"}),
+    # the judge's views found through gc: a scalar read of them is compute all the same
+    "gc_finds_kernel_tensors.py": ({"compile", "correctness"}, {"torch_compute_in_launch"}),
     # a thread the harness did not make is counted against the runner's pre-import threads
     "import_thread_deferred.py": ({"compile"}, {"background_thread"}),
     # a runner that SIGKILLs itself on a hidden shape would read as killed from outside
