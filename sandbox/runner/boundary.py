@@ -45,6 +45,7 @@ import collections
 import dataclasses
 import inspect
 import operator
+import os
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -68,53 +69,76 @@ class SealBroken(RuntimeError):
 
 
 # ---- the seal --------------------------------------------------------------------------
+# What the real launch runs: Triton's run, compile and launcher code and the globals they
+# look up at call time. The autotuner, heuristics and knobs run on the decoy side (before
+# the boundary) or are replaced for the launch (``quiet``), so they are not sealed.
 _SEALED_MODULES = ("triton.runtime.jit", "triton.compiler.compiler", "triton.runtime.interpreter",
-                   "triton.runtime._allocation", "triton.runtime.driver", "triton.runtime.autotuner",
-                   "triton.backends.nvidia.driver", "triton.tools.tensor_descriptor", "triton.knobs")
+                   "triton.runtime._allocation", "triton.runtime.driver",
+                   "triton.backends.nvidia.driver")
 _SEALED_CLASSES = ("JITFunction", "InterpretedFunction", "GridExecutor", "CompiledKernel",
                    "TensorDescriptor", "TensorWrapper", "CudaLauncher", "CudaUtils", "CudaDriver",
-                   "DriverConfig", "HookChain", "KernelInterface", "LazyDict", "ASTSource")
+                   "DriverConfig", "KernelInterface", "LazyDict", "ASTSource")
 
 
-def _fingerprint(value: Any) -> tuple[int, int]:
-    code = getattr(value, "__code__", None) if isinstance(value, types.FunctionType) else None
-    return id(value), id(code)
+_CODE = operator.attrgetter("__code__")
+
+
+def _one(key: str) -> Callable[[Any], tuple[Any]]:
+    return lambda m: (m[key],)
 
 
 class Seal:
-    """Identities of everything callable on Triton's launch path, taken before the
-    candidate is imported; :meth:`check` compares them at every real launch."""
+    """Identities of everything callable on Triton's launch path (and the code objects of
+    its functions), taken before the candidate is imported; :meth:`check` compares them at
+    every real launch. One C-level look-up per namespace and a tuple comparison: tens of
+    microseconds for a few hundred names."""
 
     def __init__(self) -> None:
-        self._dicts: list[tuple[str, dict[str, Any], dict[str, tuple[int, int]]]] = []
+        self._spaces: list[tuple[str, Any, Callable[[Any], Any], tuple[str, ...], tuple[int, ...]]] = []
+        self._funcs: list[types.FunctionType] = []
         classes: dict[int, type] = {}
+        # Only the launch path in use: the interpreter's under TRITON_INTERPRET, else the JIT's.
+        off = (".jit", ".compiler", ".nvidia.driver") if os.environ.get("TRITON_INTERPRET") == "1" \
+            else (".interpreter",)
         for name in _SEALED_MODULES:
+            if name.endswith(off):
+                continue
             mod = sys.modules.get(name)
             if mod is None:
                 continue
-            self._add(name, vars(mod))
+            self._add(name, mod.__dict__)
             for v in vars(mod).values():
                 if isinstance(v, type) and v.__name__ in _SEALED_CLASSES:
                     classes[id(v)] = v
         for cls in classes.values():
             for klass in cls.__mro__[:-1]:  # object's own slots cannot be reassigned
                 self._add(f"{klass.__module__}.{klass.__qualname__}", klass.__dict__)
+        self._codes = tuple(map(id, map(_CODE, self._funcs)))
         drv = sys.modules.get("triton.runtime.driver")
         self._driver = getattr(drv, "driver", None)
         self._active = id(self._driver.__dict__.get("_active")) if self._driver is not None else 0
 
     def _add(self, where: str, d: Any) -> None:
-        marks = {k: _fingerprint(v) for k, v in d.items() if callable(v) or isinstance(v, types.ModuleType)}
-        self._dicts.append((where, d, marks))
+        keys = tuple(k for k, v in d.items() if callable(v) or isinstance(v, types.ModuleType))
+        if not keys:
+            return
+        self._funcs.extend(v for k in keys if isinstance(v := d[k], types.FunctionType)
+                           and str(getattr(v, "__module__", "")).startswith("triton."))
+        get: Callable[[Any], Any] = operator.itemgetter(*keys) if len(keys) > 1 else _one(keys[0])
+        self._spaces.append((where, d, get, keys, tuple(id(d[k]) for k in keys)))
 
     def check(self) -> None:
-        for where, d, marks in self._dicts:
-            if len(d) < len(marks):
-                raise SealBroken(f"{where} lost attributes after the harness sealed it")
-            for k, mark in marks.items():
-                if _fingerprint(d.get(k)) != mark:
-                    raise SealBroken(f"{where}.{k} was replaced after the harness sealed Triton's "
-                                     "launch path")
+        for where, d, get, keys, ids in self._spaces:
+            try:
+                now = tuple(map(id, get(d)))
+            except KeyError:
+                now = ()
+            if now != ids:
+                gone = [k for k, i in zip(keys, ids, strict=True) if id(d.get(k)) != i]
+                raise SealBroken(f"{where}.{(gone or ['?'])[0]} was replaced after the harness sealed "
+                                 "Triton's launch path")
+        if tuple(map(id, map(_CODE, self._funcs))) != self._codes:
+            raise SealBroken("the code of a function on Triton's launch path was replaced")
         if self._driver is not None and self._active and \
                 id(self._driver.__dict__.get("_active")) != self._active:
             raise SealBroken("triton.runtime.driver.active was replaced")
