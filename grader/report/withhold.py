@@ -54,7 +54,8 @@ _STATS = ("mean_ms", "p95_ms", "std_ms", "min_ms", "cv")
 _PAIRED = ("median_current_ms", "median_candidate_ms")  # the agent tools' paired medians
 _TASK_NUMBERS = ("min_improvement_fraction", "min_positive_fraction", "min_pairs", "alpha",
                  "delta")  # the task's own settings, copied into each rule's numbers
-_HOST_EARLY_PHASES = frozenset({"scan", "sandbox_setup"})  # the host's, before the judge starts
+# The host's own phases from before the judge starts (a warm pool's idle wait included).
+_HOST_EARLY_PHASES = frozenset({"scan", "sandbox_setup", "warm_idle"})
 
 
 @dataclass(frozen=True)
