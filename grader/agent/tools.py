@@ -263,7 +263,9 @@ def profile_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, 
         facts = facts_for(ws.spec, report)
         public = redact(report, facts)
         out = {**base("profile_kernel", public), **timing_fields(public)}
-        extra = scrub_tree(_profile_fields(ws, report, source), facts)
+        # The roofline figures follow the median: from the candidate's copy, never the
+        # operator's (times measured after hidden-shape calls are coarsened there).
+        extra = scrub_tree(_profile_fields(ws, public, source), facts)
         prof: dict[str, Any] = extra["profile"]
         remember_tool(ws.spec, report, source, "profile_kernel", prof)
         out["warnings"] += extra["profile_warnings"]
@@ -315,9 +317,9 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
         folder = rec.new_evaluation(ws.task_dir, source, best)
         # An infrastructure fault is no decision about the candidate: no trajectory line.
         rec.finish(folder, report, None if infra else accepted, origin="tool")
-        if accepted:
-            speed.record_best_time(ws, source, report)
         public = _public(ws, report)
+        if accepted:  # read back into later results: the candidate's copy's median
+            speed.record_best_time(ws, source, public)
         acc = public.acceptance if best is not None else None
         out = {**base("accept_candidate", public), **timing_fields(public)}
         out.update(ok=accepted, accepted=accepted, baseline="none" if best is None else "best",

@@ -111,7 +111,8 @@ def profile(req: ProfileRequest) -> ProfileResult:
                              roofline_fraction=req.roofline_fraction, bound=req.bound)
     diag.profile_overhead_s = round(wall, 3)
     errors = [ReportError(stage=e.stage, code=e.code, origin=e.origin, message=e.message,
-                          line=e.line, detail=dict(e.detail)) for e in rec.errors]
+                          line=e.line, detail=dict(e.detail), after_hidden=e.after_hidden)
+              for e in rec.errors]
     return ProfileResult(ok=not errors, stage=rec.stage, errors=errors,
                          warnings=[*rec.warnings, *(f"scan: {f.rule} at line {f.line}: {f.message}"
                                                    for f in scan.findings)],

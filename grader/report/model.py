@@ -21,7 +21,7 @@ from grader.diagnostics.models import Diagnostics
 from grader.limits import LimitName, Limits
 from sandbox.contract import codes
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"  # 2.1: taint, withheld, ReportError.after_hidden
 
 Stage = Literal["scan", "sandbox", "compile", "correctness", "benchmark", "accept", "integrity"]
 STAGE_ORDER: tuple[Stage, ...] = ("scan", "sandbox", "compile", "correctness", "benchmark", "accept",
@@ -50,6 +50,22 @@ class ReportError(_Model):
     line: int | None = None
     col: int | None = None
     detail: dict[str, Any] = Field(default_factory=dict)
+    after_hidden: bool | None = Field(
+        None, description="The judge's mark: raised at or after the first call of untrusted code "
+                          "on a hidden shape (its text and figures may carry the shape). None: "
+                          "the host's own error, or no mark.")
+
+
+class Taint(_Model):
+    """The judge's mark, by time (``sandbox.contract.wire.TaintRecord``): from the first call
+    of untrusted code on a hidden shape on, what its outputs and times determine."""
+
+    hidden_phase: str | None = Field(description="The phase of that first call; None: no runner "
+                                                 "was called on a hidden shape.")
+    sections: list[Literal["correctness", "timing", "acceptance", "diagnostics"]] = Field(
+        default_factory=list, description="Sections holding figures from calls at or after it.")
+    phases: list[str] = Field(default_factory=list,
+                              description="The judge's phases measured at or after it.")
 
 
 class Finding(_Model):
@@ -96,12 +112,12 @@ class CorrectnessResult(_Model):
 
 class TimingStats(_Model):
     samples: int = Field(ge=0)
-    mean_ms: float
+    mean_ms: float | None = Field(description="None in a candidate's copy: withheld.")
     median_ms: float
-    p95_ms: float
-    std_ms: float
-    min_ms: float
-    cv: float
+    p95_ms: float | None = Field(description="None in a candidate's copy: withheld.")
+    std_ms: float | None = Field(description="None in a candidate's copy: withheld.")
+    min_ms: float | None = Field(description="None in a candidate's copy: withheld.")
+    cv: float | None = Field(description="None in a candidate's copy: withheld.")
     bandwidth_gbps: float | None = None
     tflops: float | None = None
     device: str
@@ -225,6 +241,11 @@ class Report(_Model):
     diagnostics: Diagnostics | None = Field(None, description="Memory checker (--sanitize).")
     environment: dict[str, Any] = Field(default_factory=dict)
     shapes: ShapeSets | None = Field(None, description="Drawn shape sets (generated tasks only).")
+    taint: Taint | None = Field(None, description="The judge's taint mark; None: the judge wrote "
+                                                  "none (every figure is then treated as tainted).")
+    withheld: dict[str, str] = Field(
+        default_factory=dict, description="A candidate's copy only (grader.report.redact): each "
+                                          "figure withheld or coarsened, by path, and why.")
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     def failed_stage(self) -> Stage | None:

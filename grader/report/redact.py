@@ -13,24 +13,22 @@ What the copy holds instead:
 * every hidden shape, wherever a dims mapping names it, is ``{"hidden_shape": k}`` (k:
   its index among the task's hidden shapes, fixed ones first, then drawn ones); in text
   it is "hidden shape #k";
-* an error raised after the candidate could have seen a hidden shape keeps its stage,
-  a vetted code and origin, and gets a neutral sentence instead of its message, line
-  and detail (**fail closed**: the judge marks a correctness failure on a tune shape
-  with ``shape_kind: "tune"``; anything not so marked after the compile stage counts as
-  possibly tainted). Compile-stage and tune-shape failures keep their text: the candidate
-  knows the tune shapes;
-* the first bad element of a hidden-shape failure keeps its tensor name and phase only
-  (its index, expected and actual values and the error magnitudes can carry the shape:
-  a candidate chooses the values it writes);
+* an error the judge stamped ``after_hidden`` (raised at or after the first call on a
+  hidden shape) keeps its stage, a vetted code and origin, and gets a neutral sentence
+  instead of its message, line and detail; an unstamped one (the host's, an older report)
+  counts as tainted after the compile stage unless marked ``shape_kind: "tune"``;
+* every figure the judge marked as measured after that call (taint by time: error maxima,
+  the first bad element, times, the pairs' figures, the phases) is withheld or coarsened
+  as :mod:`grader.report.withhold` says, whatever shape it names;
 * the sandbox's stdout/stderr tails, once the run went past the compile stage, and the
   memory checker's per-finding text, threads, blocks and addresses are withheld;
 * every remaining free text (warnings, reasons, compile errors) is scrubbed of dims
   mappings that name a hidden shape and of integers equal to a hidden dimension value
   (at least 2 and not a value of a tune or timed shape).
 
-Covert channels this does not close (they are in docs/security-review.md): times, the
-pass/fail bit of each evaluation, the choice among the few runner error codes, and error
-magnitudes below the task's tolerance.
+Covert channels this does not close (bounded in docs/security-review.md): the median time
+and the acceptance figures at three significant digits, the verdict, the stage and the
+error code of each evaluation.
 """
 
 from __future__ import annotations
@@ -44,6 +42,7 @@ from pydantic import ValidationError
 
 from grader.diagnostics.models import Diagnostics
 from grader.report.model import BadElement, Report, ReportError
+from grader.report.withhold import marked, withhold
 from grader.task import TaskSpec
 from sandbox.contract.wire import DTYPE_CODES
 
@@ -239,6 +238,8 @@ def _tainted(e: ReportError, facts: ShapeFacts) -> tuple[bool, int | None]:
     k = facts.index(_dims_of(e))
     if k is not None and k >= 0:
         return True, k
+    if e.after_hidden is not None:  # the judge's stamp, by time (sandbox.judge.taint)
+        return e.after_hidden, k
     if not facts.has_hidden or e.stage == "scan":
         return False, None
     d = e.detail
@@ -261,7 +262,8 @@ def _neutral(e: ReportError, k: int | None) -> ReportError:
     detail: dict[str, Any] = {"withheld": True}
     if k is not None:
         detail[HIDDEN_KEY] = k
-    return ReportError(stage=e.stage, code=code, origin=e.origin, message=msg, detail=detail)
+    return ReportError(stage=e.stage, code=code, origin=e.origin, message=msg, detail=detail,
+                       after_hidden=e.after_hidden)
 
 
 def _replace_tainted(text: str, tainted: Sequence[tuple[str, str]]) -> str:
@@ -350,9 +352,12 @@ def redact(report: Report, facts: ShapeFacts) -> Report:
         upd["sandbox"] = sb.model_copy(update={
             "stdout_tail": text(sb.stdout_tail) if keep or not sb.stdout_tail else WITHHELD,
             "stderr_tail": text(sb.stderr_tail) if keep or not sb.stderr_tail else WITHHELD})
+    m = marked(report, facts.has_hidden)
     if report.diagnostics is not None:
-        upd["diagnostics"] = redact_diagnostics(report.diagnostics, facts, text)
-    return report.model_copy(update=upd)
+        upd["diagnostics"] = redact_diagnostics(report.diagnostics, facts, text,
+                                                tainted="diagnostics" in m)
+    copy = report.model_copy(update=upd)
+    return copy.model_copy(update=withhold(copy, m))  # taint by time, whatever shape it names
 
 
 def _sanitize_warning(w: str, facts: ShapeFacts) -> str:
@@ -365,7 +370,7 @@ def _sanitize_warning(w: str, facts: ShapeFacts) -> str:
 
 
 def redact_diagnostics(d: Diagnostics, facts: ShapeFacts,
-                       text: Callable[[str], str] | None = None) -> Diagnostics:
+                       text: Callable[[str], str] | None = None, tainted: bool = False) -> Diagnostics:
     """The candidate-facing copy of a report's or a profile run's diagnostics."""
     if text is None:
         def text(s: str) -> str:
@@ -375,7 +380,7 @@ def redact_diagnostics(d: Diagnostics, facts: ShapeFacts,
         "advice": [text(a) for a in d.advice], "notes": [text(n) for n in d.notes],
         "unmeasured": {k: text(v) for k, v in d.unmeasured.items()}}
     s = d.sanitizer
-    if s is not None and facts.has_hidden:
+    if s is not None and (facts.has_hidden or tainted):
         # Findings come from correctness runs over the hidden shapes: threads, blocks,
         # addresses and the tool's text follow the shape. Kind, space and access stay.
         upd["sanitizer"] = s.model_copy(update={

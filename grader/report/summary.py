@@ -18,6 +18,7 @@ from grader.report.model import (
     CorrectnessResult,
     Report,
     ReportError,
+    Taint,
     TimingStats,
 )
 from grader.report.record import ResultProblem
@@ -100,7 +101,8 @@ def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
                    "raise limits.memory_mib)")
         detail["memory_limit_hits"] = outcome.memory_limit_hits
     return ReportError(stage=e.stage, code=code, origin=origin,
-                       message=text.clean(message, MESSAGE_MAX), line=e.line, detail=detail)
+                       message=text.clean(message, MESSAGE_MAX), line=e.line, detail=detail,
+                       after_hidden=e.after_hidden)
 
 
 # What docker's init prints when it cannot forward a signal sent to it to the judge.
@@ -201,6 +203,10 @@ def build_report(report: Report, spec: TaskSpec, rec: wire.Record, outcome: Sand
     report.device = f"{rec.device}: {name}" if name else rec.device
     report.warnings += list(rec.warnings)
     report.errors += [_error(e, outcome) for e in rec.errors]
+    if rec.taint is not None:  # the judge's mark, read as written (grader.report.redact)
+        t = rec.taint
+        report.taint = Taint(hidden_phase=t.hidden_phase, sections=list(t.sections),
+                             phases=list(t.phases))
     if rec.correctness is not None:
         c = rec.correctness
         report.correctness = CorrectnessResult(

@@ -32,7 +32,7 @@ from sandbox.contract.wire_timing import AcceptanceRecord as AcceptanceRecord
 from sandbox.contract.wire_timing import PairsRecord as PairsRecord
 from sandbox.contract.wire_timing import TimingRecord as TimingRecord
 
-WIRE_VERSION = 2
+WIRE_VERSION = 3  # 3: Record.taint and ErrorWire.after_hidden (the judge's taint by time)
 
 # ---- the fixed layout every backend provides ------------------------------------------
 HARNESS_MOUNT = "/kg/harness"
@@ -219,6 +219,30 @@ class ErrorWire:
     origin: Origin
     line: int | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    # Raised at or after the first call of untrusted code on a hidden shape (TaintRecord):
+    # its message, detail and figures may carry the shape. True unless the judge, where it
+    # records the error and knows the time, says otherwise (fail closed).
+    after_hidden: bool = True
+
+
+# The record's sections whose figures runners' outputs and times determine.
+TaintSection = Literal["correctness", "timing", "acceptance", "diagnostics"]
+
+
+@dataclass(frozen=True)
+class TaintRecord:
+    """The judge's mark, by time: once a runner of untrusted code (the candidate, the
+    current best) has been called on a hidden shape, every figure its outputs or its times
+    determine may encode that shape (it chooses what it writes and how long it takes).
+    ``hidden_phase``: the phase of that first call (``correctness``, ``racecheck``, ...),
+    None when no runner was called on a hidden shape; ``sections``: the record's sections
+    holding figures from calls at or after it; ``phases``: the names in ``Record.phases``
+    measured (or measured again) at or after it. The host withholds these from every copy a
+    candidate reads; it never works out taint itself (``grader.report.redact``)."""
+
+    hidden_phase: str | None = None
+    sections: tuple[TaintSection, ...] = ()
+    phases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,6 +282,9 @@ class Record:
     judge_finished: float | None = None
     # ``check`` mode: what the trusted reference did on every shape (sandbox.judge.task_check).
     check: dict[str, Any] | None = None
+    # None: the judge wrote no mark (a set-up failure before any runner started); the host
+    # then treats every figure as tainted.
+    taint: TaintRecord | None = None
 
 
 # ---- (de)serialisation ---------------------------------------------------------------

@@ -36,6 +36,7 @@ from sandbox.judge.isolation import check_beside, check_threads
 from sandbox.judge.outputs import collect_outputs, labels, verify_outputs
 from sandbox.judge.reply import host_ms, number
 from sandbox.judge.sides import MIN_WAIT_S, Side, open_sides
+from sandbox.judge.taint import Taint
 from sandbox.launcher.identity import launch_warnings
 from sandbox.launcher.proc import RunnerFailure
 from sandbox.problem.host import make_problem
@@ -88,6 +89,7 @@ class Evaluation:
         self.bench_dims: dict[str, int] = dict(self.task.timed or self.task.tune[0])
         all_dims = [*self.task.tune, *self.task.hidden, self.bench_dims]
         self.nbytes = max(total_bytes(self.problem.layout(d)) for d in all_dims)
+        self.taint = Taint([*self.task.tune, self.bench_dims], self.phases)  # sandbox.judge.taint
 
     # ---- deadlines and failures ----------------------------------------------------
     def left(self, deadline: float) -> float:
@@ -189,6 +191,7 @@ class Evaluation:
         """The first half of :meth:`call`: inputs in, outputs poisoned, guards armed, request
         sent; :meth:`_finish_call` takes the answer and checks everything."""
         self.check_clock(stage, deadline)
+        self.taint.call(stage, where)  # before the inputs are there to be read
         buf = buf if buf < len(side.bases) else 0
         views = side.views(slots, buf)
         for s in slots:
@@ -325,6 +328,7 @@ class Evaluation:
         The runner's figures are validated against the judge's own round trip: finite,
         non-negative, and no longer than the round trip that contained them.
         """
+        self.taint.touch(stage)
         waits = cpu_wait.before_call(self.dev, side.runner.proc.pid)
         t0 = time.perf_counter()
         try:
@@ -357,7 +361,8 @@ class Evaluation:
                       acceptance=self.acceptance, calibration=self.calibration,
                       diagnostics=self.diagnostics,
                       phases=dict(self.phases), judge_started=self.started_wall,
-                      judge_finished=time.time())
+                      judge_finished=time.time(),
+                      taint=self.taint.record(self.diagnostics is not None))
 
     def shutdown(self) -> None:
         for side in list(self.sides):

@@ -58,12 +58,13 @@ def run_mode(req: JudgeRequest, started: tuple[float, float], gate_wait: float =
             run_profile(ev)
         else:
             _evaluate(ev)
+    # Each error is stamped with the time it was recorded at (sandbox.judge.taint).
     except StageFailure as e:
-        ev.errors.append(e.error)
+        ev.errors.append(ev.taint.stamp(e.error))
     except RunnerFailure as e:  # pragma: no cover - the stages convert these themselves
-        ev.errors.append(ev.failure(ev.stage or "compile", e).error)
+        ev.errors.append(ev.taint.stamp(ev.failure(ev.stage or "compile", e).error))
     except Exception as e:  # the judge's own bug: an infrastructure fault, never a pass
-        ev.errors.append(_infra("judge_error", e))
+        ev.errors.append(ev.taint.stamp(_infra("judge_error", e)))
     finally:
         ev.shutdown()
     return ev.record()

@@ -57,6 +57,9 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     "memory_bomb.py": ({"compile"}, {"memory_limit"}),
     # raises with the hidden shape it saw: redaction is tests/e2e/test_hidden_shapes_e2e.py's
     "raise_with_shapes.py": ({"correctness"}, {"exception"}),
+    # writes the hidden dims it saw into the benchmark stage's errors: redaction (taint by
+    # time) is tests/e2e/test_numbers_channel_e2e.py's
+    "numbers_channel_hidden_dims.py": ({"benchmark"}, {"wrong_values"}),
     # candidate text is data: the candidate's own failure (exit 1), never the host's
     "surrogate_message.py": ({"compile", "correctness"}, {"exception"}),
     "rich_markup_message.py": ({"compile", "correctness"}, {"exception"}),

@@ -4,6 +4,7 @@ host alone (no sandbox), and what it is never told (hidden shapes, seeds)."""
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 from pathlib import Path
@@ -53,15 +54,26 @@ def test_describes_the_dps_contract_in_call_order(tmp_path: Path) -> None:
 
 
 def test_hidden_shapes_and_seeds_are_a_count_only(tmp_path: Path) -> None:
-    spec = json.loads((TASK / "task.json").read_text())
+    # The secrets are drawn for this test, far from anything a clock prints: 62-bit seeds
+    # (19 digits) and hidden dimensions of 8 digits. The task's own (seeds 17, 29; dims like
+    # 37) share digits with any timestamp the result holds (a calibration's "19:17:37"), so a
+    # substring check on them tested the clock, not the channel.
+    rng = random.SystemRandom()
+    task = tmp_path / "task"
+    shutil.copytree(TASK, task)
+    spec = json.loads((task / "task.json").read_text())
+    spec["correctness"]["seeds"] = [rng.getrandbits(62) | 1 << 61 for _ in range(2)]
+    big = [rng.randrange(10_000_000, 100_000_000) for _ in range(3)]
+    spec["shapes"]["hidden"] = [{"M": big[0], "N": 1}, {"M": 1, "N": big[1]}, {"M": big[2], "N": 1}]
+    (task / "task.json").write_text(json.dumps(spec))
     tune_vals = {v for b in spec["shapes"]["tune"] for v in b.values()}
     secret = {v for b in spec["shapes"]["hidden"] for v in b.values() if v >= 2} - tune_vals
     secret |= set(spec["correctness"]["seeds"])
-    assert secret  # the example has hidden values to hide
-    d = tools.describe_task(_ws(tmp_path))
+    assert len(secret) == 5  # three hidden dimensions, two seeds
+    d = tools.describe_task(_ws(tmp_path, task))
     assert d["shapes"]["hidden_count"] == len(spec["shapes"]["hidden"])
     assert "hidden" not in d["shapes"] or not isinstance(d["shapes"].get("hidden"), list)
-    assert _ints(d) & secret == set()
+    assert _ints(d) & secret == set()  # no structured field holds one
     text = json.dumps(d)
     assert [s for s in secret if re.search(rf"(?<!\d){s}(?!\d)", text)] == []
 

@@ -15,6 +15,7 @@ from grader.report.model import (
     Report,
     ReportError,
     RuleOutcome,
+    Taint,
     TimingStats,
 )
 
@@ -30,9 +31,13 @@ def _timing(median: float = 2.0, floor: float | None = None) -> TimingStats:
 
 
 def _failed_correctness(code: str, bad: BadElement, frac: float) -> Report:
+    # The judge's taint mark: a failure on a tune shape comes before any hidden-shape call.
+    hidden = bad.shape_kind != "tune"
     return Report(ok=False, stage="correctness", task="vector_add",
+                  taint=Taint(hidden_phase="correctness" if hidden else None,
+                              sections=["correctness"] if hidden else []),
                   errors=[ReportError(origin="candidate", stage="correctness", code=code, message="see detail",
-                                      detail={"first_bad": bad.model_dump()})],
+                                      detail={"first_bad": bad.model_dump()}, after_hidden=hidden)],
                   correctness=CorrectnessResult(passed=False, checks=1, mismatch_fraction=frac,
                                                 first_bad=bad))
 
