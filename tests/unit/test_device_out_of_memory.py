@@ -219,3 +219,38 @@ def test_the_host_names_the_other_jobs_holding_the_device() -> None:
     (e,) = r.errors
     assert e.code == "device_out_of_memory" and "pid 4242 (python3, 120.00 GiB)" in e.message
     assert e.detail["other_jobs"] == ["pid 4242 (python3, 120.00 GiB)"]
+
+
+@pytest.mark.parametrize(("code", "message", "want"), [
+    ("gpu_memory_limit", "OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB.",
+     "device_out_of_memory"),
+    ("exception", "RuntimeError: CUDA error: out of memory", "device_out_of_memory"),
+    ("exception", "RuntimeError: CUDA driver initialization failed", "runner_setup_failed"),
+])
+def test_a_runner_whose_setup_finds_the_device_full_is_the_devices_fault(
+        monkeypatch: pytest.MonkeyPatch, code: str, message: str, want: str) -> None:
+    """Before the candidate is loaded a runner is the harness's: its CUDA context or its
+    buffers not fitting is a full device (the judge's own figures), not the candidate's."""
+    from sandbox.judge import sides
+    from sandbox.launcher.proc import RunnerFailure
+
+    class FakeSide:
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            pass
+
+        def await_setup(self, wait: float) -> None:
+            raise RunnerFailure(code, message)
+
+    monkeypatch.setattr(sides, "Side", FakeSide)
+    monkeypatch.setattr(sides.prestart, "take", lambda path: None)
+    ev: Any = SimpleNamespace(
+        dev="cpu", nbytes=64, nvml_handle=None, sides=[], compile_deadline=0.0,
+        left=lambda deadline: 5.0, trusted=lambda p: True,
+        task=SimpleNamespace(entrypoint="launch", benchmark=None, audit_ops=False),
+        req=SimpleNamespace(limits=SimpleNamespace(gpu_memory_mib=None, compile_s=10.0)),
+        problem=SimpleNamespace(runner_setup=dict))
+    with pytest.raises(StageFailure) as e:
+        sides.open_sides(ev, [("/kg/in/c.py", ())], "compile")
+    assert (e.value.error.code, e.value.error.origin) == (want, "infrastructure")
+    if want == "device_out_of_memory":
+        assert "a runner's set-up" in e.value.error.message and "\n" not in e.value.error.message
