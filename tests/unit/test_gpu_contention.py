@@ -161,3 +161,19 @@ def test_escaped_work_on_a_shared_device_is_not_laid_on_the_candidate(
     if found is not None:
         assert e.value.error.origin == "infrastructure"
         assert e.value.error.detail["hidden_ms"] == 3.1 and e.value.error.detail["probe_ms"] == [2.0]
+
+
+@pytest.mark.parametrize("code", ["work_deferred_to_copy", "compile_timeout",
+                                  "current_work_deferred_to_copy"])
+def test_the_host_voids_these_timing_verdicts_too_when_another_job_shared_the_gpu(code: str) -> None:
+    from grader.backends.base import SandboxOutcome
+    from grader.report.model import Report, ReportError
+    from grader.report.shared_device import account_for_shared_device
+
+    r = Report(ok=False, stage="benchmark", errors=[ReportError(
+        stage="benchmark", code=code, origin="candidate", message="copy 15.3 ms, bound 6.8 ms")])
+    account_for_shared_device(r, SandboxOutcome(
+        backend="bwrap", exit_code=0, signal=None, wall_s=1.0,
+        device_shared_by=("pid 4242 (python3, 120.00 GiB)",), device_watched=True))
+    (e,) = r.errors
+    assert (e.code, e.origin, e.detail["replaced"]) == ("foreign_gpu_process", "infrastructure", code)
