@@ -127,12 +127,12 @@ def table(runs_path: str, out: str) -> int:
     with open(runs_path, encoding="utf-8") as f:
         runs = [json.loads(line) for line in f if line.strip()]
     rows = [_row(r) for r in runs]
-    print(f"{'#':>2} {'task':<14} {'mode':<6} {'rc':>3} {'wall_s':>6} {'verdict':<22} "
+    print(f"{'#':>2} {'task':<14} {'mode':<6} {'rc':>3} {'wall_s':>6} {'verdict':<30} "
           f"{'traceback':<9} codes (origin)")
     for i, r in enumerate(rows, 1):
         codes = ", ".join(f"{c} ({o})" for c, o in zip(r["codes"], r["origins"], strict=False)) or "-"
         print(f"{i:>2} {r['task']:<14} {r['mode']:<6} {r.get('rc', ''):>3} "
-              f"{r.get('wall_s', 0):>6.1f} {r['verdict']:<22} {r['traceback']!s:<9} {codes}")
+              f"{r.get('wall_s', 0):>6.1f} {r['verdict']:<30} {r['traceback']!s:<9} {codes}")
     totals = {
         "gradings": len(rows),
         "passed": sum(1 for r in rows if str(r["verdict"]).startswith("passed")),
