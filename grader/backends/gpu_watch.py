@@ -46,6 +46,7 @@ class GpuWatch(threading.Thread):
         self.fired: LimitName | None = None
         self.available = False
         self.foreign: dict[int, str] = {}  # pid -> "pid N (name)" of another job's process
+        self.foreign_bytes: dict[int, int] = {}  # pid -> the most device memory it was seen to hold
         self._stop_event = threading.Event()
         self._handles: list[Any] = []
         try:
@@ -62,7 +63,10 @@ class GpuWatch(threading.Thread):
         self._stop_event.set()
 
     def shared_by(self) -> tuple[str, ...]:
-        return tuple(sorted(self.foreign.values()))[:MAX_FOREIGN]
+        """Another job's processes seen on the sandbox's GPUs, each with the most device
+        memory it held ("pid N (name, 120.5 GiB)"; a full device is then its doing)."""
+        return tuple(sorted(_label(desc, self.foreign_bytes.get(pid, 0))
+                            for pid, desc in self.foreign.items()))[:MAX_FOREIGN]
 
     def _in_tree(self, pid: int) -> bool | None:
         """Whether ``pid`` descends from the sandbox's root; None when it is gone (then
@@ -88,13 +92,29 @@ class GpuWatch(threading.Thread):
                 for p in procs:
                     if p.pid in tree:
                         used += int(p.usedGpuMemory or 0)
-                    elif p.pid not in self.foreign and p.pid != os.getpid() \
-                            and self._in_tree(p.pid) is False:
+                    elif p.pid in self.foreign:
+                        self._held(p.pid, p.usedGpuMemory)
+                    elif p.pid != os.getpid() and self._in_tree(p.pid) is False:
                         self.foreign[p.pid] = f"pid {p.pid} ({_name(p.pid)})"
+                        self._held(p.pid, p.usedGpuMemory)
             if self.limit is not None and used > self.limit:
                 self.fired = "gpu_memory_limit"
                 self.kill()
                 return
+
+
+    def _held(self, pid: int, used: int | None) -> None:
+        n = int(used or 0)
+        if n < 1 << 62:  # NVML's "not available" is all ones
+            self.foreign_bytes[pid] = max(self.foreign_bytes.get(pid, 0), n)
+
+
+def _label(desc: str, nbytes: int) -> str:
+    """``desc`` ("pid N (name)") with the memory it held: "pid N (name, 1.25 GiB)"."""
+    if nbytes <= 0 or not desc.endswith(")"):
+        return desc
+    held = f"{nbytes / 2**30:.2f} GiB" if nbytes >= 1 << 30 else f"{nbytes / 2**20:.0f} MiB"
+    return f"{desc[:-1]}, {held})"
 
 
 def _name(pid: int) -> str:

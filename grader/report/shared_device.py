@@ -13,7 +13,9 @@ side of an acceptance. So, when the device was shared:
 * an acceptance is not decided either way: the same code at ``accept`` (a retry; neither a
   replacement of the best nor a refusal measured beside someone else's kernels);
 * a plain pass stands (correctness does not depend on timing) with a warning that its
-  times may be slower than the kernel's own.
+  times may be slower than the kernel's own;
+* a ``device_out_of_memory`` (already the infrastructure's) names the other job's
+  processes and the memory each held, which the sandbox itself cannot see.
 
 Correctness failures, scan denials, limits and integrity findings are unaffected.
 """
@@ -24,8 +26,13 @@ from grader.backends.base import SandboxOutcome
 from grader.report.model import Report, ReportError
 from sandbox.contract import codes
 
-TIMING_CODES = frozenset({"timeout", "gpu_busy_between_calls", "work_escaped_timing",
-                          "timing_inconsistent", "below_roofline_floor"})
+# Every verdict against a side that rests on a clock or on the device being idle: the
+# stage's and the import's time limits, the device busy between paired calls, the two
+# escape checks (the timed region's and the returned outputs' copy), inconsistent clocks,
+# a time below the physical floor.
+TIMING_CODES = frozenset({"timeout", "compile_timeout", "gpu_busy_between_calls",
+                          "work_escaped_timing", "work_deferred_to_copy", "timing_inconsistent",
+                          "below_roofline_floor"})
 
 def account_for_shared_device(report: Report, outcome: SandboxOutcome) -> None:
     if not outcome.device_shared_by:
@@ -34,6 +41,10 @@ def account_for_shared_device(report: Report, outcome: SandboxOutcome) -> None:
     why = (f"another job computed on this sandbox's GPU during the run ({who}, seen by the "
            "host's NVML; not a process of the sandbox)")
     for i, e in enumerate(report.errors):
+        if e.code == "device_out_of_memory":
+            report.errors[i] = e.model_copy(update={
+                "message": f"{e.message} Seen by the host's NVML on this GPU: {who}."[:4000],
+                "detail": {**e.detail, "other_jobs": list(outcome.device_shared_by)}})
         if e.origin == "candidate" and e.code.removeprefix(codes.CURRENT) in TIMING_CODES:
             report.errors[i] = ReportError(
                 stage=e.stage, code="foreign_gpu_process", origin="infrastructure",

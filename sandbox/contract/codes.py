@@ -175,6 +175,13 @@ CATALOGUE: tuple[Code, ...] = (
          "a compute process the sandbox cannot account for): no timing verdict or acceptance "
          "decision stands on it.",
          "Retry; an operator should give each sandbox a GPU of its own.", current=False),
+    Code("device_out_of_memory", ("sandbox", *_RUN), _I,
+         "The GPU ran out of memory in the judge or the problem process (its buffers, inputs, "
+         "reference or checker): the device is full or shared with another job. The message "
+         "names what was asked, what was free and who held the rest. A candidate's runner "
+         "over its own share is gpu_memory_limit instead.",
+         "Retry when the GPU has room; an operator should give each sandbox a GPU of its own.",
+         current=False),
     Code("harness_timeout", ("sandbox", *_RUN), _I,
          "The stage's budget ran out in the harness's own work (a loaded host).",
          "Run again; raise the limit if the host is slow."),

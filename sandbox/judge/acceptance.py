@@ -18,6 +18,7 @@ from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
 from sandbox.judge import gpu_idle
 from sandbox.judge.benchmark import ESCAPE_MIN_CALLS, ESCAPE_MIN_CALLS_CPU, SideClock, warm_up
+from sandbox.judge.contention import held_outside
 from sandbox.judge.evaluation import Evaluation
 from sandbox.judge.gpu_idle import IdleProbe
 from sandbox.judge.isolation import foreign_on_device
@@ -60,7 +61,7 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
             for j, side in enumerate(order):
                 check = frac >= 1.0 or ev.rng.random() < frac
                 if probe is not None and last is not None:
-                    check_idle(probe, last, cur, lambda: foreign_on_device(ev))
+                    check_idle(probe, last, cur, lambda: foreign_on_device(ev) or held_outside(ev))
                 last = side
                 try:
                     r = ev.timed(side, slots, check, "accept", inputs=inputs, buf=swap)

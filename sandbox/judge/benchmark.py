@@ -14,6 +14,7 @@ from typing import Any, Literal
 from sandbox.contract import stats
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage, TimingRecord
+from sandbox.judge.contention import contention
 from sandbox.judge.device import open_nvml
 from sandbox.judge.escape import NOISE_CAP_MS, escaped_time
 from sandbox.judge.evaluation import Evaluation
@@ -128,6 +129,17 @@ class SideClock:
 
     def raise_if_escaped(self, who: str = "") -> dict[str, Any]:
         esc = self.escape()
+        if esc["escaped"] and self.ev.dev == "cuda":
+            # Measured again before the candidate is blamed: another job's kernels on the
+            # device lengthen the judge's round trips and the idle tails alike.
+            found = contention(self.ev)
+            if found is not None:
+                raise StageFailure(self.stage, "timing_unreliable",
+                                   f"{who}the judge's clock saw {esc['hidden_ms']:.4f} ms per call "
+                                   f"outside the timed region (budget {esc['budget_ms']:.4f} ms), "
+                                   f"but the device is not this sandbox's alone "
+                                   f"({found['contention']}): no verdict on the candidate; run "
+                                   "again", origin="infrastructure", detail={**esc, **found})
         if esc["escaped"]:
             raise StageFailure(self.stage, "work_escaped_timing",
                                f"{who}the judge's clock saw {esc['hidden_ms']:.4f} ms per call "

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from sandbox.contract.device_memory import Figures
 
 if TYPE_CHECKING:
     from sandbox.tools.nvml import Nvml
@@ -84,3 +87,26 @@ def gpu_fraction(dev: str, mib: int | None) -> float | None:
         return None
     total = torch.cuda.get_device_properties(0).total_memory
     return min(1.0, (int(mib) << 20) / total)
+
+
+def memory_figures(dev: str, nv: Nvml | None = None) -> Figures:
+    """The device's memory now, for a :mod:`sandbox.contract.device_memory` failure: free and
+    total (torch's ``mem_get_info``: the whole device, every process's use counted), and the
+    compute processes NVML shows with what each holds (inside the sandbox's pid namespace
+    only its own; the rest of the used memory is another job's). Whatever cannot be read
+    is left out: the failure is reported with what is known."""
+    if dev != "cuda":
+        return Figures()
+    free = total = None
+    with contextlib.suppress(Exception):  # a context the OOM left unusable: say less
+        free, total = (int(x) for x in torch.cuda.mem_get_info())
+    holders: dict[str, int] = {}
+    if nv is None:
+        nv = open_nvml(dev)[0]
+    if nv is not None:
+        from sandbox.tools.nvml import compute_process_memory
+
+        with contextlib.suppress(Exception):
+            procs = compute_process_memory(nv) or {}
+            holders = {f"pid {pid}": used for pid, used in procs.items()}
+    return Figures(free=free, total=total, holders=holders)

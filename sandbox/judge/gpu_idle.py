@@ -60,6 +60,10 @@ class IdleProbe:
         w1 = run_queue_wait_ms()
         return ms, (w1 - w0 if w0 is not None and w1 is not None else 0.0)
 
+    def samples(self, n: int) -> list[tuple[float, float]]:
+        """``n`` probes now: (ms on the host's clock, ms of it spent waiting for a CPU)."""
+        return [self._once() for _ in range(n)]
+
     def busy(self) -> float | None:
         """The fastest of REPEATS probes when all exceed the limit (the device stayed busy),
         else None; ``cpu_wait_ms`` is that probe's wait for a CPU."""

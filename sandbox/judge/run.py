@@ -10,16 +10,25 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from sandbox.contract import device_memory
 from sandbox.contract.failure import StageFailure, infrastructure
-from sandbox.contract.wire import WIRE_VERSION, ErrorWire, JudgeRequest, Record
-from sandbox.judge.device import device_environment
+from sandbox.contract.wire import WIRE_VERSION, ErrorStage, ErrorWire, JudgeRequest, Record
+from sandbox.judge.device import device_environment, memory_figures
 from sandbox.launcher.proc import RunnerFailure
 
 if TYPE_CHECKING:
     from sandbox.judge.evaluation import Evaluation
+    from sandbox.tools.nvml import Nvml
 
 
-def _infra(code: str, e: BaseException) -> ErrorWire:
+def _infra(code: str, e: BaseException, dev: str = "cpu", stage: ErrorStage = "sandbox",
+           nv: Nvml | None = None) -> ErrorWire:
+    """The judge's own failure ``e`` as ``code`` with its traceback's tail; or, when ``e`` is
+    the device running out of memory (another job fills the GPU), ``device_out_of_memory``
+    with its figures in one line (:mod:`sandbox.contract.device_memory`)."""
+    if device_memory.is_device_oom(e):
+        where = "the judge" + (f" ({stage} stage)" if stage != "sandbox" else "'s set-up")
+        return device_memory.failure(stage, where, e, memory_figures(dev, nv)).error
     return infrastructure(code, "".join(traceback.format_exception(e))[-3000:]).error
 
 
@@ -45,7 +54,7 @@ def run_mode(req: JudgeRequest, started: tuple[float, float], gate_wait: float =
                       device=req.device, environment={})
     except Exception as e:  # the task's reference or the device failed: not the candidate
         return Record(wire_version=WIRE_VERSION, stage="sandbox",
-                      errors=(_infra("judge_setup_failed", e),), warnings=(), device=req.device,
+                      errors=(_infra("judge_setup_failed", e, req.device),), warnings=(), device=req.device,
                       environment={})
     try:
         if req.mode == "calibrate":
@@ -64,7 +73,8 @@ def run_mode(req: JudgeRequest, started: tuple[float, float], gate_wait: float =
     except RunnerFailure as e:  # pragma: no cover - the stages convert these themselves
         ev.errors.append(ev.taint.stamp(ev.failure(ev.stage or "compile", e).error))
     except Exception as e:  # the judge's own bug: an infrastructure fault, never a pass
-        ev.errors.append(ev.taint.stamp(_infra("judge_error", e)))
+        ev.errors.append(ev.taint.stamp(_infra("judge_error", e, ev.dev, ev.stage or "sandbox",
+                                                ev.nvml_handle)))
     finally:
         ev.shutdown()
     return ev.record()
@@ -105,7 +115,8 @@ def _measure_peak(req: JudgeRequest) -> Record:
     try:
         peaks = measure_peak(req.device, req.quick)
     except Exception as e:
-        return Record(wire_version=WIRE_VERSION, stage=None, errors=(_infra("calibration_failed", e),),
+        return Record(wire_version=WIRE_VERSION, stage=None,
+                      errors=(_infra("calibration_failed", e, req.device),),
                       warnings=(), device=req.device, environment=env)
     return Record(wire_version=WIRE_VERSION, stage=None, errors=(), warnings=(), device=req.device,
                   environment=env, peaks=peaks)

@@ -10,10 +10,11 @@ from typing import Any
 
 import torch
 
+from sandbox.contract import device_memory
 from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import BenchmarkWire, ErrorStage
 from sandbox.judge import prestart
-from sandbox.judge.device import gpu_fraction
+from sandbox.judge.device import gpu_fraction, memory_figures
 from sandbox.judge.hub import Hub
 from sandbox.judge.isolation import check_threads, threads_of
 from sandbox.launcher.gpu_share import GpuBuffer, export_buffer
@@ -155,7 +156,12 @@ def open_sides(ev: Hub, wanted: list[tuple[str, tuple[Any, ...]]], stage: ErrorS
     except RunnerFailure as e:
         if e.code == "runner_isolation_unavailable":  # no uid of its own: never run it
             raise infrastructure(e.code, e.message, e.detail).renamed(*renames[at]) from None
-        # Nothing of the candidate has run yet: the harness itself failed to start.
+        # Nothing of the candidate has run yet: the harness itself failed to start (on a
+        # full device: its CUDA context or buffers did not fit, another job's doing).
+        if e.code == "gpu_memory_limit" or device_memory.is_device_oom(RuntimeError(e.message)):
+            raise device_memory.failure("sandbox", "a runner's set-up, before the candidate "
+                                        "was loaded", RuntimeError(e.message),
+                                        memory_figures(ev.dev, ev.nvml_handle)) from None
         raise infrastructure("runner_setup_failed", "the runner harness failed before loading "
                              f"the candidate: {e.message}",
                              e.detail).renamed(*renames[at]) from None

@@ -35,9 +35,10 @@ from typing import Any
 
 import torch
 
+from sandbox.contract import device_memory
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import WIRE_VERSION, ErrorWire, JudgeRequest, Record
-from sandbox.judge.device import device_environment
+from sandbox.judge.device import device_environment, memory_figures
 from sandbox.problem.base import Problem
 from sandbox.problem.host import make_problem
 from sandbox.problem.tensors import (
@@ -105,6 +106,9 @@ def _log(msg: str) -> None:
 def _error(e: BaseException) -> ErrorWire:
     if isinstance(e, StageFailure):
         return e.error
+    if device_memory.is_device_oom(e):  # the device is full, not the task's fault
+        return device_memory.failure("sandbox", "the task check's set-up", e,
+                                     memory_figures("cuda")).error
     return ErrorWire(stage="sandbox", code="reference_failed", origin="infrastructure",
                      message="".join(traceback.format_exception(e))[-3000:])
 

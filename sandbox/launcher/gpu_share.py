@@ -28,7 +28,13 @@ CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0
 
 
 class GpuShareError(RuntimeError):
-    """The driver refused a step; the message names it and the CUresult."""
+    """The driver refused a step; the message names it and the CUresult (``cu_result``;
+    ``nbytes``: the size asked for, where the step allocates). A ``cuMemCreate`` of 2
+    (``CUDA_ERROR_OUT_OF_MEMORY``) is a full device (``sandbox.contract.device_memory``)."""
+
+    def __init__(self, message: str, cu_result: int | None = None, nbytes: int | None = None):
+        super().__init__(message)
+        self.cu_result, self.nbytes = cu_result, nbytes
 
 
 class _Location(ctypes.Structure):
@@ -72,9 +78,10 @@ def _cuda() -> Any:
     return _lib
 
 
-def _check(rc: int, what: str) -> None:
+def _check(rc: int, what: str, nbytes: int | None = None) -> None:
     if rc != 0:
-        raise GpuShareError(f"{what} failed with CUresult {rc}")
+        raise GpuShareError(f"{what} failed with CUresult {rc}"
+                            + (f" ({nbytes} bytes asked)" if nbytes is not None else ""), rc, nbytes)
 
 
 def _prop(device: int) -> _AllocationProp:
@@ -144,7 +151,7 @@ def export_buffer(nbytes: int, device: int = 0) -> GpuBuffer:
     size = max(g, -(-nbytes // g) * g)
     prop = _prop(device)
     handle = ctypes.c_ulonglong()
-    _check(lib.cuMemCreate(ctypes.byref(handle), size, ctypes.byref(prop), 0), "cuMemCreate")
+    _check(lib.cuMemCreate(ctypes.byref(handle), size, ctypes.byref(prop), 0), "cuMemCreate", size)
     fd = ctypes.c_int(-1)
     rc = lib.cuMemExportToShareableHandle(ctypes.byref(fd), handle.value,
                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0)

@@ -39,7 +39,7 @@ from sandbox.problem.tensors import DTYPES, Slot, layout, poison, total_bytes, v
 
 MAX_TENSORS = 256
 MAX_ELEMENTS = 1 << 36
-_CODES = {"reference_failed", "unsupported_dtype", "needs_cuda"}
+_CODES = {"reference_failed", "unsupported_dtype", "needs_cuda", "device_out_of_memory"}
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
@@ -209,7 +209,7 @@ class RemoteProblem(Problem):
                                          "outputs": [_named(s) for s in outs]},
                                         problem_handle.budget["call_s"])
         except ProblemError as e:
-            if e.code == "needs_cuda":  # the device's fault, whatever the outputs
+            if e.code in ("needs_cuda", "device_out_of_memory"):  # the device's, whatever the outputs
                 raise infrastructure(e.code, f"the problem's check_implementation failed: "
                                      f"{_text(e.message)}") from None
             raise CheckerFailed(f"the problem's check_implementation failed on these outputs "

@@ -12,6 +12,7 @@ judge checks: shapes and dtypes against the judge's layout, text capped and clea
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import socket
@@ -20,6 +21,7 @@ from typing import Any
 
 import torch
 
+from sandbox.contract import device_memory
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import TaskWire, _build
 from sandbox.launcher import protocol
@@ -108,6 +110,15 @@ class Server:
         return {"verdict": None if verdict is None else str(verdict)[:MAX_VERDICT]}
 
     # ---- helpers ----------------------------------------------------------------------
+    def _oom(self, e: BaseException, op: str) -> str:
+        """One line for a device out of memory in request ``op``: asked, free, total."""
+        free = total = None
+        if self.dev == "cuda":
+            with contextlib.suppress(Exception):  # a context the OOM left unusable: say less
+                free, total = (int(x) for x in torch.cuda.mem_get_info())
+        return device_memory.describe(f"the problem process ({op})", device_memory.asked_bytes(e),
+                                      device_memory.Figures(free=free, total=total))
+
     def _problem(self) -> Problem:
         if self.problem is None:
             raise _Refused("no setup yet")
@@ -165,6 +176,10 @@ class Server:
             except StageFailure as e:
                 reply = _error(e.error.code, e.error.message)
             except BaseException as e:  # problem code may raise anything, SystemExit too
+                if device_memory.is_device_oom(e):  # a full device: no traceback, the figures
+                    reply = _error("device_out_of_memory", self._oom(e, str(op)))
+                    protocol.send_json(self.wfd, reply)
+                    continue
                 tb = "".join(traceback.format_exception(e))[-1500:]
                 reply = _error("reference_failed", f"{type(e).__name__}: {e}"[:1000] + "\n" + tb)
             protocol.send_json(self.wfd, reply)

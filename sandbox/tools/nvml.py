@@ -71,6 +71,15 @@ NVML_ERROR_INSUFFICIENT_SIZE = 7
 def compute_processes(nv: Nvml) -> list[int] | None:
     """Pids (as NVML reports them: host pids) of the compute processes on the device.
 
+    None when the driver cannot say."""
+    procs = compute_process_memory(nv)
+    return None if procs is None else list(procs)
+
+
+def compute_process_memory(nv: Nvml) -> dict[int, int] | None:
+    """pid -> device memory used (bytes; 0 where the driver does not say) of each compute
+    process NVML shows (inside a pid namespace: that namespace's only).
+
     None when the driver cannot say. The list can grow between the two calls; the second
     asks for room to spare and retries a few times.
     """
@@ -84,7 +93,7 @@ def compute_processes(nv: Nvml) -> list[int] | None:
         rc = call(nv.handle, ctypes.byref(count), None)
         for _ in range(4):
             if rc == 0 and count.value == 0:
-                return []
+                return {}
             if rc not in (0, NVML_ERROR_INSUFFICIENT_SIZE):
                 return None
             size = count.value + 8
@@ -92,9 +101,14 @@ def compute_processes(nv: Nvml) -> list[int] | None:
             count = ctypes.c_uint(size)
             rc = call(nv.handle, ctypes.byref(count), buf)
             if rc == 0:
-                return [int(buf[i].pid) for i in range(count.value)]
+                return {int(buf[i].pid): _used(buf[i].usedGpuMemory) for i in range(count.value)}
         return None
     return None
+
+
+def _used(n: int) -> int:
+    """NVML's used memory, 0 for NVML_VALUE_NOT_AVAILABLE (all ones)."""
+    return 0 if n >= (1 << 63) else int(n)
 
 
 def foreign_compute_processes(nv: Nvml | None, expected: int) -> str | None:
