@@ -23,6 +23,7 @@ from sandbox.contract import codes, device_memory, wire
 from sandbox.contract.device_memory import Figures
 from sandbox.contract.failure import StageFailure
 from sandbox.judge import run as judge_run
+from sandbox.judge.taint import Taint
 from sandbox.launcher import protocol
 from sandbox.launcher.gpu_share import GpuShareError
 from sandbox.problem import serve
@@ -130,6 +131,7 @@ def test_run_mode_records_a_full_device_in_setup_and_in_a_stage(
             self.dev, self.stage, self.nvml_handle = "cpu", "correctness", None
             self.errors: list[wire.ErrorWire] = []
             self.phases: dict[str, float] = {}
+            self.taint = Taint([], self.phases)  # the judge's real taint mark
 
         def phase(self, name: str, t0: float) -> None:
             pass
