@@ -45,6 +45,8 @@ class Walker(Protocol):
     callees: set[int]
     alias_values: set[int]
     format_calls: set[int]
+    kernel_calls: set[int]
+    tree: ast.Module | None
     dunder_strings: tuple[Hit, Rule] | None
     attributes: Pending
 
