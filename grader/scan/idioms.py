@@ -130,33 +130,37 @@ def _is_docstring(stmt: ast.stmt) -> bool:
             and isinstance(stmt.value.value, str))
 
 
-def _binds(node: ast.AST, name: str) -> bool:
-    """Whether ``node`` binds ``name`` other than by a ``def`` of a plain function."""
+def _bound_name(node: ast.AST) -> str | None:
+    """The name ``node`` binds other than by a ``def`` of a plain function, if any."""
     if isinstance(node, ast.AsyncFunctionDef | ast.ClassDef):
-        return node.name == name
+        return node.name
     if isinstance(node, ast.Name):
-        return node.id == name and not isinstance(node.ctx, ast.Load)
+        return None if isinstance(node.ctx, ast.Load) else node.id
     if isinstance(node, ast.arg):
-        return node.arg == name
+        return node.arg
     if isinstance(node, ast.alias):
-        return (node.asname or node.name.split(".")[0]) == name
-    if isinstance(node, ast.Global | ast.Nonlocal):
-        return name in node.names
+        return node.asname or node.name.split(".")[0]
     if isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar):
-        return node.name == name
+        return node.name
     if isinstance(node, ast.MatchMapping):
-        return node.rest == name
-    return False
+        return node.rest
+    return None
 
 
 def _defined_once(w: Walker, name: str) -> ast.FunctionDef | None:
-    """The one ``def name`` of the file, when nothing else binds ``name`` anywhere."""
-    if w.tree is None:
-        return None
-    defs: list[ast.FunctionDef] = []
-    for node in ast.walk(w.tree):
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            defs.append(node)
-        elif _binds(node, name):
-            return None
-    return defs[0] if len(defs) == 1 else None
+    """The one ``def name`` of the file, when nothing else binds ``name`` anywhere (one
+    walk of the tree per file, however many set_allocator calls it has)."""
+    if w.defined_once is None:
+        defs: dict[str, list[ast.FunctionDef]] = {}
+        other: set[str] = set()
+        for node in ast.walk(w.tree) if w.tree is not None else ():
+            if isinstance(node, ast.FunctionDef):
+                defs.setdefault(node.name, []).append(node)
+            elif isinstance(node, ast.Global | ast.Nonlocal):
+                other.update(node.names)
+            else:
+                bound = _bound_name(node)
+                if bound is not None:
+                    other.add(bound)
+        w.defined_once = {n: d[0] for n, d in defs.items() if len(d) == 1 and n not in other}
+    return w.defined_once.get(name)
