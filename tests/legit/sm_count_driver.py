@@ -1,7 +1,8 @@
 # expect: allow
 """Persistent vector add sized by the SM count the way Triton's tutorials read it: the
 active driver's device properties (as triton.runtime.driver and as `from triton.runtime
-import driver`), its torch device, and torch's own multi_processor_count."""
+import driver`), its torch device and target (the tutorials' is_cuda()), and torch's own
+multi_processor_count."""
 
 import torch
 import triton
@@ -21,8 +22,12 @@ def persistent_add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.cons
         tl.store(out_ptr + offsets, x + y, mask=mask)
 
 
+def is_cuda() -> bool:
+    return triton.runtime.driver.active.get_current_target().backend == "cuda"
+
+
 def sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
+    if device.type != "cuda" or not is_cuda():
         return 3  # the CPU interpreter has no active driver
     props = triton.runtime.driver.active.utils.get_device_properties(torch.cuda.current_device())
     torch_device = driver.active.get_active_torch_device()

@@ -176,6 +176,7 @@ def test_set_allocator_is_never_a_value(allowlisted: Policy, src: str) -> None:
     "n = triton.runtime.driver.active.utils.get_device_properties(0)['multiprocessor_count']",
     "from triton.runtime import driver\nd = driver.active.get_active_torch_device()",
     "from triton.runtime import driver as drv\ni = drv.active.get_current_device()",
+    "def is_cuda():\n    return triton.runtime.driver.active.get_current_target().backend == 'cuda'",
 ])
 def test_the_device_queries_are_allowed(every_policy: Policy, src: str) -> None:
     r = scan(src + "\n", every_policy)
