@@ -152,7 +152,7 @@ def policy_show(name: str, full: bool, as_json: bool) -> None:
 def _matchers(rule: Rule, full: bool = False) -> str:
     parts = []
     for key in ("refs", "allow", "writes", "write_attrs", "attributes", "methods", "operators",
-                "native", "calls"):
+                "native", "calls", "kernel_calls"):
         values = getattr(rule, key)
         if values:
             cut = not full and len(values) > 6

@@ -10,7 +10,7 @@ import ast
 import re
 from collections.abc import Callable
 
-from grader.scan import attributes, native
+from grader.scan import attributes, idioms, native
 from grader.scan.formats import walking_fields
 from grader.scan.matchers import Hit
 from grader.scan.names import ATTR_SETTERS, BUILTIN_NAMES, GETATTR, JIT_DECORATORS, is_dunder
@@ -71,10 +71,10 @@ def _denies(hits: tuple[Hit, ...]) -> bool:
 
 
 def _called_only(w: Walker, node: ast.Name | ast.Attribute, q: str) -> None:
-    """callable-as-value: getattr & co. are only ever the callee of a call, never a value."""
-    entry = w.c.checks.get("callable-as-value")
-    if entry is not None and id(node) not in w.callees:
-        hit = entry[0]
+    """callable-as-value, plain-allocator: getattr & co. and triton.set_allocator are only
+    ever the callee of a call, never a value."""
+    if id(node) not in w.callees:
+        hit = w.c.as_value[q]
         w.report(hit, node.lineno, node.col_offset,
                  f"{hit.message} ({q} is passed, stored or aliased here)")
 
@@ -106,7 +106,7 @@ def on_name(w: Walker, node: ast.AST, ctx: int) -> int:
 
 def on_attribute(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Attribute)
-    hits = w.c.attrs(node.attr)
+    hits = idioms.kernel_call_hits(w, node, w.c.attrs(node.attr))
     if hits:
         w.report_all(w.c.attrs_except(hits, lambda: w.qual(node)), node)
     if w.c.allow is not None:
@@ -197,6 +197,7 @@ def on_call(w: Walker, node: ast.AST, ctx: int) -> int:
     assert isinstance(node, ast.Call)
     func = node.func
     w.callees.add(id(func))
+    idioms.on_call(w, node, bool(ctx & JIT))
     if isinstance(func, ast.Attribute) and func.attr in FORMAT_METHODS:
         w.format_calls.add(id(func))
         _format_template(w, func, node)

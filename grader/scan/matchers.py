@@ -51,7 +51,10 @@ class Compiled:
     checks: dict[CheckId, tuple[Hit, Rule]] = field(default_factory=dict)
     native: list[tuple[Hit, re.Pattern[str]]] = field(default_factory=list)
     native_calls: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = field(default_factory=dict)
-    as_value: frozenset[str] = frozenset()  # callable-as-value: only ever called directly
+    # callable-as-value, plain-allocator: names only ever called directly -> the rule's hit
+    as_value: dict[str, Hit] = field(default_factory=dict)
+    # attribute name -> ids of the rules that do not match it in a kernel's descriptor call
+    kernel_calls: dict[str, frozenset[str]] = field(default_factory=dict)
     allow: AllowIndex | None = None
     _attr_cache: dict[str, tuple[Hit, ...]] = field(default_factory=dict)
     _ref_cache: dict[str, tuple[Hit, ...]] = field(default_factory=dict)
@@ -123,8 +126,10 @@ def compile_policy(policy: Policy) -> Compiled:
             out.native.append((hit, re.compile(pattern, re.MULTILINE)))
         if rule.check is not None:
             out.checks[rule.check] = (hit, rule)
-        if rule.check == "callable-as-value":
-            out.as_value = frozenset(rule.calls)
+        if rule.check in ("callable-as-value", "plain-allocator"):
+            out.as_value.update(dict.fromkeys(rule.calls, hit))
+        for name in rule.kernel_calls:
+            out.kernel_calls[name] = out.kernel_calls.get(name, frozenset()) | {rule.id}
     for src in policy.native_sources:
         out.native_calls[src.call] = (src.positions, src.keywords)
     if policy.allowlist is not None:

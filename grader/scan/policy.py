@@ -35,6 +35,7 @@ CheckId = Literal[
     "callable-as-value",
     "format-fields",
     "dunder-string",
+    "plain-allocator",
 ]
 OperatorName = Literal["MatMult", "Pow", "Add", "Sub", "Mult", "Div", "FloorDiv", "Mod"]
 
@@ -85,6 +86,10 @@ class Rule(_Frozen):
     outside_kernels: bool = Field(
         True, description="methods/operators only match outside @triton.jit bodies."
     )
+    kernel_calls: tuple[str, ...] = Field(
+        (), description="Attribute names this rule does not match inside @triton.jit bodies "
+        "when called on a value with one list or tuple display and nothing else (Triton's "
+        "tensor descriptors: desc.load([off])).")
 
     @model_validator(mode="after")
     def _has_matcher(self) -> Rule:

@@ -48,6 +48,8 @@ class Walker:
         self.callees: set[int] = set()
         self.alias_values: set[int] = set()
         self.format_calls: set[int] = set()
+        self.kernel_calls: set[int] = set()  # desc.load([off]) in kernels: Triton's
+        self.defined_once: dict[str, ast.FunctionDef] | None = None  # built on first use
         self.dunder_strings = compiled.checks.get("dunder-string")
         self.tree: ast.Module | None = None
         self._shadowed: set[int] | None = None

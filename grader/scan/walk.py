@@ -45,6 +45,9 @@ class Walker(Protocol):
     callees: set[int]
     alias_values: set[int]
     format_calls: set[int]
+    kernel_calls: set[int]
+    defined_once: dict[str, ast.FunctionDef] | None
+    tree: ast.Module | None
     dunder_strings: tuple[Hit, Rule] | None
     attributes: Pending
 

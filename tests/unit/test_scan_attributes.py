@@ -284,10 +284,11 @@ def test_policy_attributes_are_inherited_by_strict_and_shown() -> None:
 
 def test_kernel_attributes_are_tritons_own_api() -> None:
     # Every name the policy allows inside kernels is an attribute of a Triton tensor, pointer,
-    # block or dtype object, or of a constexpr; none is the IR handle.
+    # block, tensor descriptor or dtype object, or of a constexpr; none is the IR handle.
     tl = pytest.importorskip("triton.language")
     objects = [tl.tensor(None, tl.block_type(tl.float32, [4])), tl.pointer_type(tl.float32),
-               tl.block_type(tl.float32, [4]), tl.float32, tl.int8, tl.constexpr(1)]
+               tl.block_type(tl.float32, [4]), tl.float32, tl.int8, tl.constexpr(1),
+               tl.tensor_descriptor]
     api = {n for o in objects for n in (*dir(o), *vars(o)) if not n.startswith("_")}
     allow = load_policy("triton-only").allowlist
     assert allow is not None and allow.kernel_attributes is not None
