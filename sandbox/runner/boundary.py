@@ -176,7 +176,8 @@ class Plain:
         """Launch argument ``a`` rebuilt from exact, trusted types (the decoy side). The
         only step that may run candidate code (conversions), so it runs before any twin."""
         t = type(a)
-        if t in _SCALARS or t is torch.dtype or t is torch.device or t in self._dtype_types:
+        if t in _SCALARS or t is torch.dtype or t is torch.device or t in self._dtype_types \
+                or t is torch.Size:  # a Size holds plain ints (a descriptor's shape)
             return a
         if isinstance(a, torch.Tensor):
             return a
