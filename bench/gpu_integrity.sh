@@ -3,6 +3,7 @@
 #   legit     every legit kernel of tests/legit, plainly and through the runner's twins
 #             (autotuned ones included), outputs compared bit for bit;
 #   honest    the examples' good candidates, alone and against themselves (paired acceptance);
+#   idioms    the legit files of modern Triton idioms (IDIOMS: names) graded on examples/vector_add;
 #   attacks   every runtime attack (tests/attacks/runtime, scan off; ATTACKS a glob) on examples/vector_add;
 #   returned  the returned-output attacks (tests/attacks/returned) on an imported KernelBench ReLU;
 #   gpumode   the GPU MODE replicas (GM_PROBLEMS, GM_SUBMISSIONS: a glob, default *);
@@ -51,10 +52,25 @@ for ex in vector_add softmax matmul; do
 done
 fi
 
+if on idioms; then  # modern Triton idioms graded end to end under examples/vector_add's own policy
+mkdir -p "$R/idioms"
+for n in ${IDIOMS:-vector_add tuple_args namedtuple_typing namedtuple_collections tma_host_descriptor \
+    tma_device_descriptor sm_count_driver autotune_reset_to_zero autotune_pre_hook_zero constexpr_function_helpers}; do
+  timeout 200 python3 -m grader.cli run examples/vector_add "tests/legit/$n.py" --backend bwrap --device cuda \
+      --json > "$R/idioms/$n.json" 2> "$R/idioms/$n.err"
+  echo "idiom $n rc=$? $(verdict "$R/idioms/$n.json")" >> "$S"
+done
+fi
+
 run_attack() {
   local f=$1 n; n=$(basename "$f" .py)
   timeout 200 python3 -m grader.cli run examples/vector_add "$f" --backend bwrap --device cuda \
       --policy tests/policies/runtime-only.toml --json --run-s 60 > "$R/att/$n.json" 2> "$R/att/$n.err"
+  if [[ -n "${OLD_TREE:-}" ]]; then  # the same attack on another tree (e.g. a git archive of the last release)
+    PYTHONPATH="$OLD_TREE:/tmp/kg-site" timeout 200 python3 -m grader.cli run examples/vector_add "$f" --backend bwrap \
+        --device cuda --policy tests/policies/runtime-only.toml --json --run-s 60 > "$R/att/$n.old.json" 2>/dev/null
+    echo "attack-old $n $(verdict "$R/att/$n.old.json")" >> "$R/att/lines.txt"
+  fi
   echo "attack $n rc=$? $(verdict "$R/att/$n.json")" >> "$R/att/lines.txt"
 }
 if on attacks; then
