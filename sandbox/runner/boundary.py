@@ -316,13 +316,15 @@ def _scratch(size: int, alignment: int, stream: Any) -> torch.Tensor:
 @contextmanager
 def quiet(kernel: Any) -> Iterator[None]:
     """No candidate callable Triton would call during a launch: pre-run hooks, runtime
-    hooks, the allocators. Restored afterwards (the candidate's launcher may use them on
+    hooks, the allocators, an asynchronous compile mode. Restored afterwards (the candidate's launcher may use them on
     its own decoys again)."""
     runtime = getattr(sys.modules.get("triton.knobs"), "runtime", None)
     saved = {h: runtime.__dict__[h] for h in _HOOKS if runtime is not None and h in runtime.__dict__}
     hooks = kernel.__dict__.get("pre_run_hooks")
     alloc = sys.modules.get("triton.runtime._allocation")
     token = alloc._allocator.set(_scratch) if alloc is not None else None
+    compiling = getattr(sys.modules.get("triton.runtime._async_compile"), "active_mode", None)
+    sync = compiling.set(None) if compiling is not None else None  # no candidate compile pool
     profile = alloc._profile_allocator.get() if alloc is not None else None
     try:
         if runtime is not None:
@@ -346,6 +348,8 @@ def quiet(kernel: Any) -> Iterator[None]:
         if alloc is not None:
             alloc._allocator.reset(token)
             alloc._profile_allocator.set(profile)
+        if compiling is not None:
+            compiling.reset(sync)
 
 
 __all__ = ["Plain", "Seal", "SealBroken", "TwinError", "bound_arguments", "plain_grid", "quiet"]

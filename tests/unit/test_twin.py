@@ -100,3 +100,101 @@ def test_host_compute_never_reaches_the_judges_outputs_whatever_the_route() -> N
         assert r["x_intact"], r
         assert r["correct"] is (name in honest), r
     assert len(rows) == 9
+
+
+_BOUNDARY = textwrap.dedent('''
+    import gc, json, sys
+    from typing import NamedTuple
+    import torch, triton, triton.language as tl
+    from sandbox.runner.twin import Twins, install, TwinError
+    from sandbox.runner.boundary import SealBroken
+    from sandbox.runner.op_audit import audited
+    tw = Twins(); install(lambda: tw)
+
+    @triton.jit
+    def add(x, y, o, n, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B); m = i < n
+        tl.store(o + i, tl.load(x + i, mask=m) + tl.load(y + i, mask=m), mask=m)
+
+    @triton.jit
+    def add_pair(xy, o, n, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B); m = i < n
+        tl.store(o + i, tl.load(xy[0] + i, mask=m) + tl.load(xy[1] + i, mask=m), mask=m)
+
+    @triton.jit
+    def add_named(xy, o, n, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B); m = i < n
+        tl.store(o + i, tl.load(xy.x + i, mask=m) + tl.load(xy.y + i, mask=m), mask=m)
+
+    @triton.jit
+    def nothing(x, y, o, n, B: tl.constexpr):
+        tl.program_id(0)
+
+    class XY(NamedTuple):
+        x: torch.Tensor
+        y: torch.Tensor
+
+    class Big(int):
+        pass
+
+    def py_add(x, y, out):
+        out.view(-1)[:] = torch.tensor([float(a) + float(b) for a, b in zip(x.reshape(-1), y.reshape(-1))])
+
+    def honest(x, y, o): add[lambda m: (triton.cdiv(m["n"], m["B"]),)](x, y, o, x.numel(), B=1024)
+    def pair(x, y, o): add_pair[(4,)]((x, y), o, x.numel(), B=1024)
+    def named(x, y, o): add_named[(4,)](XY(x, y), o, Big(x.numel()), B=1024)
+    def grid_computes(x, y, o):
+        def grid(meta):
+            py_add(meta["x"], meta["y"], meta["o"]); return (1,)
+        nothing[grid](x, y, o, x.numel(), B=1024)
+    def hook_computes(x, y, o):
+        nothing.add_pre_run_hook(lambda a, b, c, *r, **k: py_add(a, b, c))
+        try:
+            nothing[(1,)](x, y, o, x.numel(), B=1024)
+        finally:
+            nothing.pre_run_hooks.clear()
+    def dict_argument(x, y, o): add_pair[(4,)]({"x": x, "y": y}, o, x.numel(), B=1024)
+    def bad_grid(x, y, o): add[lambda m: "4"](x, y, o, x.numel(), B=1024)
+    def patched(x, y, o):
+        import triton.runtime.interpreter as interp
+        orig = interp.GridExecutor.__call__
+        interp.GridExecutor.__call__ = lambda self, *a, **k: (py_add(*a[:3]), orig(self, *a, **k))
+        try:
+            add[(4,)](x, y, o, x.numel(), B=1024)
+        finally:
+            interp.GridExecutor.__call__ = orig
+    def gc_walk(x, y, o):
+        real = [t for t in gc.get_objects() if type(t) is torch.Tensor and tw.is_real(t)]
+        if len(real) >= 3:
+            py_add(*real[:3])
+        nothing[(1,)](x, y, o, x.numel(), B=1024)
+
+    for fn in (honest, pair, named, grid_computes, hook_computes, dict_argument, bad_grid,
+               patched, gc_walk):
+        real = [torch.randn(4096), torch.randn(4096), torch.full((4096,), float("nan"))]
+        run, audit = audited(lambda: fn(*tw.bind(fn.__name__, real)), tw)
+        err = None
+        try:
+            run()
+        except (TwinError, SealBroken) as e:
+            err = type(e).__name__
+        tw.end()
+        print(json.dumps({"fn": fn.__name__, "correct": bool(torch.allclose(real[2], real[0] + real[1])),
+                          "error": err, "compute": audit.compute_ops()}))
+''')
+
+
+def test_no_candidate_callable_sees_the_kernels_tensors_at_the_launch() -> None:
+    """Triton's callbacks into host code (grid, pre-run hooks, argument conversions) run on
+    the decoys; arguments the boundary cannot rebuild, a patched launch path and host ops on
+    the kernels' side fail; tuples and namedtuples of tensors reach the kernel."""
+    rows = {r["fn"]: r for r in _run([], _BOUNDARY)}
+    assert len(rows) == 9
+    for name in ("honest", "pair", "named"):
+        assert rows[name] == {"fn": name, "correct": True, "error": None, "compute": []}, rows[name]
+    for name in ("grid_computes", "hook_computes"):
+        assert rows[name]["correct"] is False and rows[name]["error"] is None, rows[name]
+    assert rows["dict_argument"]["error"] == "TwinError" and not rows["dict_argument"]["correct"]
+    assert rows["bad_grid"]["error"] == "TwinError"
+    assert rows["patched"]["error"] == "SealBroken" and not rows["patched"]["correct"]
+    assert any("on the kernels' tensors" in op for op in rows["gc_walk"]["compute"]), rows["gc_walk"]
