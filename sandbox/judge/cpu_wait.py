@@ -67,14 +67,20 @@ def _asleep(runner_pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] in ("S", "D")
 
 
-def mark(runner_pid: int, park: bool = False) -> Mark | None:
-    """The counters now, None where any of them cannot be read. ``park``: first wait (up to
-    PARK_S) for the runner's calling thread to be asleep."""
+def wait_asleep(runner_pid: int) -> None:
+    """Wait (up to PARK_S) for the runner's calling thread to be asleep (in its read)."""
     with contextlib.suppress(OSError, ValueError, IndexError):
-        if park:
-            t_end = time.monotonic() + PARK_S
-            while not _asleep(runner_pid) and time.monotonic() < t_end:
-                time.sleep(0.0002)
+        t_end = time.monotonic() + PARK_S
+        while not _asleep(runner_pid) and time.monotonic() < t_end:
+            time.sleep(0.0002)
+
+
+def mark(runner_pid: int, park: bool = False) -> Mark | None:
+    """The counters now, None where any of them cannot be read. ``park``: first wait
+    (:func:`wait_asleep`) for the runner's calling thread to be asleep."""
+    if park:
+        wait_asleep(runner_pid)
+    with contextlib.suppress(OSError, ValueError, IndexError):
         with open("/proc/sys/kernel/ns_last_pid", encoding="ascii") as f:
             last = int(f.read())
         judge_wait = _schedstat("/proc/thread-self/schedstat")[1]

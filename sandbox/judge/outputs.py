@@ -18,6 +18,7 @@ import torch
 
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage
+from sandbox.judge import idle
 from sandbox.judge.hub import Hub
 from sandbox.judge.sides import Side
 from sandbox.launcher.proc import RunnerFailure
@@ -45,6 +46,7 @@ def collect_outputs(ev: Hub, side: Side, slots: list[Slot], buf: int, stage: Err
     except RunnerFailure as e:
         raise ev.failure(stage, e) from None
     collect_ms = (time.perf_counter() - t0) * 1e3
+    idle.replied(side)  # the call's last answer: the runner is idle from here
     cpu1 = runner_cpu_ms(pid) if cpu0 is not None else None
     if not timed:
         return

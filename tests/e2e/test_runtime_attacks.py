@@ -78,6 +78,10 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     **{f"self_sigkill_{route}.py": ({"correctness"}, {"output_untouched"}) for route in (
         "signals", "clone_exit_signal", "pdeathsig", "sigio", "posix_timer", "mq_notify",
         "cpu_limit", "strict_seccomp", "pty_signal")},
+    # work between calls: a handler that computes the next answer while the runner waits.
+    # Arming its trigger is refused by seccomp (the import fails); a handler the candidate
+    # installs anyway is refused by the judge's read of SigCgt (signal_handler)
+    "between_calls_setitimer.py": ({"compile"}, {"import", "signal_handler"}),
 }
 LIMITS = {"compile_s": 60, "run_s": 20, "memory_mib": 1536}
 

@@ -1,0 +1,160 @@
+"""Between two calls a runner is idle, and catches no signal the harness did not catch.
+
+Candidate code that runs while a runner waits for its next request -- a signal handler fired
+by an interval timer, an I/O signal or a helper process, a native ``sigaction`` handler, a
+finaliser -- runs in the runner's own threads, where no thread count sees it. It can compute
+the next answer once the judge has written the inputs and before the judge's clock starts
+(a SIGALRM handler did, and was accepted 0.88 faster than an honest current best), or burn
+a CPU while the other side of a pair is timed. Three layers stop the family:
+
+* the runner's seccomp filter refuses the syscalls that arm deferred signals
+  (:mod:`sandbox.launcher.seccomp`): no timer, no I/O signal, no exit signal but SIGCHLD;
+* the judge reads ``SigCgt`` in ``/proc/<runner>/status`` (the kernel's own mask of caught
+  signals, which sees a handler installed through ctypes ``sigaction`` as well as Python's)
+  after the runner's setup, before the candidate is imported: the harness's baseline
+  (Python's SIGINT, glibc's SIGSETXID once threads exist). A signal caught beyond it after
+  the import or before any call fails with ``signal_handler``. A new Python handler for a
+  signal the harness already catches (SIGINT) is invisible here: it needs a sender, and
+  every sender but a process is refused by the filter (a process under the runner's uid
+  fails ``runner_spawned_process`` after a timed call);
+* the judge reads the runner's CPU clock (``clock_gettime`` on its process CPU clock: every
+  thread, exited ones too, in ns; no permission is needed, one syscall) when it has the
+  reply, again before it touches the next call's buffers, and again just before it sends
+  the request. More than :data:`TAIL_NS` in the first interval (the runner's own tail: its
+  send returning and re-entering its read) or :data:`GAP_NS` in the second (the runner is
+  asleep in its read while the judge writes) is candidate code that ran between calls:
+  ``work_between_calls``. Run time is not inflated by waiting for a CPU, so a loaded host
+  does not move it (figures in ``docs/security-review.md``). Before it touches the buffers
+  the judge waits (up to :data:`sandbox.judge.cpu_wait.PARK_S`) for the runner's calling
+  thread to be asleep in its read, so the inputs are written only once the runner is
+  proven idle, and anything that computes on them afterwards shows in the second interval.
+
+Reaped children's time is not in a process's CPU clock: processes are
+:mod:`sandbox.judge.isolation`'s (``runner_spawned_process``). A diagnostics tool's runner
+(``prefix``) is not watched: the tool's own process runs beside it, and it is never timed.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from typing import Protocol
+
+from sandbox.contract.failure import StageFailure, infrastructure
+from sandbox.contract.wire import ErrorStage
+from sandbox.judge import cpu_wait
+from sandbox.launcher import caps
+from sandbox.launcher.proc import RunnerHandle
+
+# The runner's CPU between the judge's reading of its reply and the next request's first
+# write: its reply's send returning, its loop and re-entering its read, and the spin of its
+# intra-op pool's threads after a parallel region. Honest: see docs/security-review.md.
+TAIL_NS = 20_000_000
+# The runner's CPU while the judge writes the next inputs: it is asleep in its read.
+GAP_NS = 2_000_000
+_CPUCLOCK_SCHED = 2  # the kernel's encoding of a process CPU clock id (posix-timers.h)
+
+
+class Watched(Protocol):
+    """What this module reads and writes of a side (``sandbox.judge.sides.Side``)."""
+
+    @property
+    def runner(self) -> RunnerHandle: ...
+    @property
+    def prefix(self) -> tuple[str, ...]: ...
+    base_caught: int
+    idle_ns: int | None
+    idle_max_ns: tuple[int, int]
+
+
+def cpu_ns(pid: int) -> int:
+    """The CPU time the kernel has charged to process ``pid`` (all threads), ns."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED)
+    except OSError as e:
+        raise infrastructure("runner_isolation_unavailable",
+                             f"the judge cannot read runner pid {pid}'s CPU clock: {e}") from None
+
+
+def caught(pid: int) -> int:
+    """The kernel's mask of the signals process ``pid`` catches (bit ``n - 1``: signal n)."""
+    try:
+        return int(caps.status(f"/proc/{pid}/status")["SigCgt"], 16)
+    except (OSError, KeyError, ValueError) as e:
+        raise infrastructure("runner_isolation_unavailable",
+                             f"the judge cannot read runner pid {pid}'s signal handlers: {e}") from None
+
+
+def names(mask: int) -> list[str]:
+    out = []
+    for n in range(1, 65):
+        if mask >> (n - 1) & 1:
+            try:
+                out.append(signal.Signals(n).name)
+            except ValueError:
+                out.append(f"signal {n}")
+    return out
+
+
+def baseline(side: Watched) -> None:
+    """After the runner's setup, before the candidate's import: the harness's handlers."""
+    if not side.prefix:
+        side.base_caught = caught(side.runner.proc.pid)
+
+
+def _watched(side: Watched) -> bool:
+    return not side.prefix and side.base_caught >= 0
+
+
+def replied(side: Watched) -> None:
+    """The judge has the runner's last answer of a call (or of its import)."""
+    if _watched(side):
+        side.idle_ns = cpu_ns(side.runner.proc.pid)
+
+
+def check_handlers(side: Watched, stage: ErrorStage, when: str) -> None:
+    """Fail when the runner catches a signal the harness did not catch before the import."""
+    if not _watched(side):
+        return
+    new = caught(side.runner.proc.pid) & ~side.base_caught
+    if new:
+        raise StageFailure(stage, "signal_handler",
+                           f"{when} the candidate's runner catches signal(s) the harness does not: "
+                           f"{', '.join(names(new))}; a handler could run candidate code between "
+                           "calls, outside the timed call",
+                           detail={"signals": names(new)})
+
+
+def before_touch(side: Watched, stage: ErrorStage) -> int | None:
+    """Before the judge writes a call's buffers: the runner asleep in its read, no new
+    handler, and no more CPU than its own tail since its last reply. The CPU clock now."""
+    if not _watched(side):
+        return None
+    pid = side.runner.proc.pid
+    cpu_wait.wait_asleep(pid)
+    check_handlers(side, stage, "between two calls")
+    now = cpu_ns(pid)
+    if side.idle_ns is not None:
+        _check(side, stage, now - side.idle_ns, TAIL_NS, "between its last reply and this call", 0)
+    return now
+
+
+def before_send(side: Watched, stage: ErrorStage, touched: int | None) -> None:
+    """Just before the request goes out: the runner ran (almost) nothing since
+    :func:`before_touch`, while the judge wrote the inputs."""
+    if touched is None or not _watched(side):
+        return
+    _check(side, stage, cpu_ns(side.runner.proc.pid) - touched, GAP_NS,
+           "while the judge wrote this call's inputs", 1)
+
+
+def _check(side: Watched, stage: ErrorStage, used: int, allowed: int, when: str, which: int) -> None:
+    most = list(side.idle_max_ns)
+    most[which] = max(most[which], used)
+    side.idle_max_ns = (most[0], most[1])
+    if used > allowed:
+        raise StageFailure(stage, "work_between_calls",
+                           f"the candidate's runner used {used / 1e6:.3f} ms of CPU {when} "
+                           f"(allowed {allowed / 1e6:.3f} ms): candidate code ran between calls "
+                           "(a signal handler, a timer, a finaliser), outside the timed call",
+                           detail={"cpu_ms": round(used / 1e6, 3), "allowed_ms": allowed / 1e6})
