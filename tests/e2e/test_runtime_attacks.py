@@ -108,3 +108,16 @@ def test_runtime_attack_is_stopped_with_its_stage_and_code(name: str, backend: s
     first = report.errors[0]
     assert first.stage in stages and first.code in codes, (
         f"{name}: got {first.stage}/{first.code}: {first.message}")
+
+
+@pytest.mark.parametrize("name", ["between_calls_setitimer.py", "between_calls_sigaction_ctypes.py"])
+def test_work_between_calls_is_not_accepted_against_an_honest_current_best(name: str) -> None:
+    """Without the defences both were accepted (0.07-0.1 ms against ~38 ms, 25 pairs)."""
+    report = evaluate(EvalRequest.from_paths(task_dir=TASK, candidate=ATTACKS / name,
+                                             current=TASK / "candidates" / "good.py",
+                                             backend=backend_or_skip("bwrap"), device="cpu",
+                                             policy=RUNTIME_ONLY, limits=dict(LIMITS)))
+    assert not report.ok and (report.acceptance is None or not report.acceptance.accepted)
+    first = report.errors[0]
+    assert (first.stage, first.code) in {("compile", "import"), ("compile", "signal_handler")}, (
+        f"{name}: got {first.stage}/{first.code}: {first.message}")

@@ -1,0 +1,142 @@
+"""sandbox.judge.idle against real processes: the judge's read of a process's CPU clock and of
+its caught signals (/proc), on a sleeper, a spinner and a process that installs handlers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from sandbox.contract.failure import StageFailure
+from sandbox.judge import idle
+
+
+@dataclass
+class _Proc:
+    pid: int
+
+
+@dataclass
+class _Runner:
+    proc: _Proc
+
+
+@dataclass
+class _Side:
+    runner: _Runner
+    prefix: tuple[str, ...] = ()
+    base_caught: int = -1
+    idle_ns: int | None = None
+    idle_max_ns: tuple[int, int] = field(default=(0, 0))
+
+
+def _start(code: str) -> subprocess.Popen[str]:
+    p = subprocess.Popen([sys.executable, "-c", code + "\nprint('ready', flush=True)\n"
+                          "import sys; sys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    return p
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def _side(p: subprocess.Popen[str]) -> _Side:
+    side = _Side(_Runner(_Proc(p.pid)))
+    idle.baseline(side)
+    idle.replied(side)
+    return side
+
+
+def test_a_sleeping_runner_passes_and_its_figures_are_kept(procs: list[subprocess.Popen[str]]) -> None:
+    p = _start("import signal")
+    procs.append(p)
+    side = _side(p)
+    assert side.base_caught & (1 << (2 - 1))  # Python catches SIGINT: the harness's baseline
+    time.sleep(0.05)
+    touched = idle.before_touch(side, "benchmark")
+    idle.before_send(side, "benchmark", touched)
+    assert side.idle_max_ns[0] < idle.TAIL_NS and side.idle_max_ns[1] < idle.GAP_NS
+
+
+def test_cpu_used_between_reply_and_call_is_work_between_calls(procs: list[subprocess.Popen[str]]) -> None:
+    # a handler-like burst after the "reply": the process spins 50 ms, then sleeps again
+    p = _start("import threading, time\n"
+               "def burst():\n"
+               "    time.sleep(0.05); t = time.process_time()\n"
+               "    while time.process_time() - t < 0.05: pass\n"
+               "threading.Thread(target=burst).start()")
+    procs.append(p)
+    side = _side(p)
+    time.sleep(0.3)
+    with pytest.raises(StageFailure) as e:
+        idle.before_touch(side, "accept")
+    assert e.value.error.code == "work_between_calls" and e.value.error.stage == "accept"
+    assert e.value.error.detail["cpu_ms"] >= 40
+
+
+def test_cpu_used_while_the_inputs_are_written_is_work_between_calls(
+        procs: list[subprocess.Popen[str]]) -> None:
+    p = _start("import threading, time\n"
+               "def burst():\n"
+               "    time.sleep(0.2); t = time.process_time()\n"
+               "    while time.process_time() - t < 0.02: pass\n"
+               "threading.Thread(target=burst).start()")
+    procs.append(p)
+    side = _side(p)
+    touched = idle.before_touch(side, "benchmark")  # before the burst: idle
+    time.sleep(0.4)  # the judge "writes"; the process computes meanwhile
+    with pytest.raises(StageFailure) as e:
+        idle.before_send(side, "benchmark", touched)
+    assert e.value.error.code == "work_between_calls"
+    assert "while the judge wrote" in e.value.error.message
+
+
+@pytest.mark.parametrize("how", ["python", "ctypes"])
+def test_a_handler_installed_after_the_baseline_is_refused(
+        procs: list[subprocess.Popen[str]], how: str) -> None:
+    p = _start("import sys")
+    procs.append(p)
+    side = _side(p)
+    install = {  # Python's signal module, or libc sigaction with a C handler (SIG_DFL to Python)
+        "python": "import signal; signal.signal(signal.SIGALRM, lambda *a: None)",
+        "ctypes": "import ctypes, signal\n"
+                  "class SA(ctypes.Structure):\n"
+                  "    _fields_ = [('h', ctypes.c_void_p), ('m', ctypes.c_ulong * 16),"
+                  " ('f', ctypes.c_int), ('r', ctypes.c_void_p)]\n"
+                  "h = ctypes.cast(ctypes.pythonapi.PyErr_SetInterrupt, ctypes.c_void_p).value\n"
+                  "ctypes.CDLL(None).sigaction(signal.SIGALRM, ctypes.byref(SA(h, (ctypes.c_ulong * 16)(), 0, None)), None)\n"
+                  "assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL",
+    }[how]
+    q = _start(install)
+    procs.append(q)
+    side_q = _Side(_Runner(_Proc(q.pid)), base_caught=side.base_caught)  # the same harness's
+    idle.check_handlers(side, "compile", "after its import")  # nothing new: passes
+    with pytest.raises(StageFailure) as e:
+        idle.check_handlers(side_q, "compile", "after its import")
+    assert e.value.error.code == "signal_handler" and "SIGALRM" in e.value.error.message
+
+
+def test_an_unwatched_side_is_not_read() -> None:
+    side = _Side(_Runner(_Proc(2 ** 22 + 7)), prefix=("nsys",))
+    idle.baseline(side)
+    idle.replied(side)
+    assert side.base_caught == -1 and idle.before_touch(side, "benchmark") is None
+
+
+def test_a_runner_the_judge_cannot_read_is_an_infrastructure_fault() -> None:
+    side = _Side(_Runner(_Proc(2 ** 22 + 7)), base_caught=0)  # no such process
+    with pytest.raises(StageFailure) as e:
+        idle.replied(side)
+    assert e.value.error.code == "runner_isolation_unavailable"
+    assert e.value.error.origin == "infrastructure"
