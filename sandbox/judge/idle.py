@@ -12,9 +12,10 @@ a CPU while the other side of a pair is timed. Three layers stop the family:
 * the judge reads ``SigCgt`` in ``/proc/<runner>/status`` (the kernel's own mask of caught
   signals, which sees a handler installed through ctypes ``sigaction`` as well as Python's)
   after the runner's setup, before the candidate is imported: the harness's baseline
-  (Python's SIGINT, glibc's SIGSETXID once threads exist). A signal caught beyond it after
-  the import or before any call fails with ``signal_handler``. A new Python handler for a
-  signal the harness already catches (SIGINT) is invisible here: it needs a sender, and
+  (Python's SIGINT). A signal caught beyond it after the import or before any call fails
+  with ``signal_handler``; glibc's own two (:data:`LIBC_SIGNALS`) are not counted. A new
+  handler for a signal already caught (SIGINT; 32 and 33 through a raw ``rt_sigaction``) is
+  invisible here: it needs a sender, and
   every sender but a process is refused by the filter (a process under the runner's uid
   fails ``runner_spawned_process`` after a timed call);
 * the judge reads the runner's CPU clock (``clock_gettime`` on its process CPU clock: every
@@ -55,6 +56,9 @@ TAIL_NS = 5_000_000
 # (honest: 0 ns in every call measured, idle and loaded).
 GAP_NS = 1_000_000
 _CPUCLOCK_SCHED = 2  # the kernel's encoding of a process CPU clock id (posix-timers.h)
+# Signals 32 and 33: glibc's own (SIGCANCEL, SIGSETXID), caught once the first thread is made
+# or cancelled, at any time; glibc's sigaction refuses them to programs. Not counted.
+LIBC_SIGNALS = (1 << 31) | (1 << 32)
 
 
 class Watched(Protocol):
@@ -118,7 +122,7 @@ def check_handlers(side: Watched, stage: ErrorStage, when: str) -> None:
     """Fail when the runner catches a signal the harness did not catch before the import."""
     if not _watched(side):
         return
-    new = caught(side.runner.proc.pid) & ~side.base_caught
+    new = caught(side.runner.proc.pid) & ~side.base_caught & ~LIBC_SIGNALS
     if new:
         raise StageFailure(stage, "signal_handler",
                            f"{when} the candidate's runner catches signal(s) the harness does not: "

@@ -35,8 +35,8 @@ Program, in order:
     CSIGNAL``) is SIGKILL, delivered to the parent when the child exits; ``fcntl(F_SETSIG,
     SIGKILL)`` (the signal of ``O_ASYNC`` I/O, dnotify and lease breaks); ``timer_create``
     and ``mq_notify`` with any ``sigevent`` (its signal is in memory the filter cannot read,
-    and the kernel accepts SIGKILL there; a NULL one, SIGALRM or unregistering, stays
-    allowed); ``setrlimit`` and ``prlimit64`` with a new ``RLIMIT_CPU`` or ``RLIMIT_RTTIME``
+    and the kernel accepts SIGKILL there; ``mq_notify``'s NULL, unregistering, stays
+    allowed; deferred signals, below, refuse more of these); ``setrlimit`` and ``prlimit64`` with a new ``RLIMIT_CPU`` or ``RLIMIT_RTTIME``
     (the hard limit is a SIGKILL; the harness sets neither; reading them stays allowed).
     Each of these killed a runner in the sandbox (Linux 6.18) before its rule. Refused too,
     though no runner reaches them today: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (fires when
@@ -48,6 +48,23 @@ Program, in order:
     gets EPERM, never a death. Outside the filter: no cgroup file (``cgroup.kill``) is
     writable from a runner (bwrap mounts no /sys; docker's cgroup mounts are read-only), and
     the host tells a kernel OOM kill apart (``memory_limit``);
+* denied with EPERM: every way to arm a signal that comes later, while the runner waits
+  between calls, where its handler would run candidate code outside the timed call (it did:
+  a SIGALRM handler computed the next answer while the judge wrote the inputs, and was
+  accepted; ``sandbox.judge.idle``, ``docs/security-review.md``). ``timer_create`` whatever
+  its sigevent (NULL is SIGALRM; SIGEV_THREAD makes a thread); ``setitimer`` with a new
+  value (argument 1 non-NULL; ``getitimer`` stays allowed); ``alarm`` (x86_64) unless it is
+  ``alarm(0)``; ``fcntl`` ``F_SETOWN``, ``F_SETOWN_EX``, ``F_SETSIG`` (any signal now, not
+  only SIGKILL), ``F_NOTIFY`` (dnotify) and ``F_SETLEASE`` (lease breaks), and ``F_SETFL``
+  with ``O_ASYNC`` in its flags; ``ioctl`` ``FIOASYNC``, ``FIOSETOWN``, ``SIOCSPGRP`` (the
+  same for sockets and pipes; ``open`` ignores ``O_ASYNC``); ``clone`` whose exit signal is
+  other than SIGCHLD or none. Neither torch nor Triton's interpreter arms timers or I/O
+  signals (``tests/legit`` runs under the filter on the CPU); the CUDA driver's helpers are
+  threads, and ``ptxas``/``gcc`` are processes that inherit the filter and are waited for
+  with ``waitpid`` (a timeout in ``subprocess`` polls, it sets no timer): to be confirmed on
+  each GPU host by the GPU suite (a refusal there is an EPERM, never a death). A signal
+  from a helper process remains (``kill`` of the runner itself is allowed, see above): the
+  judge counts processes and the runner's CPU between calls.
 * ``clone3`` returns ENOSYS: its flags live in memory the filter cannot read, and libc
   falls back to ``clone``, whose flags it can.
 * everything else is allowed.

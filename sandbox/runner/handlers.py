@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import signal
 
+# glibc's own (SIGCANCEL, SIGSETXID), caught once a thread is made: never the candidate's word.
+LIBC_SIGNALS = (1 << 31) | (1 << 32)
 
 def caught() -> int:
     """The kernel's mask of the signals this process catches (bit ``n - 1``: signal n)."""
@@ -42,7 +44,7 @@ class Dispositions:
         for n, handler in _python().items():
             if handler is not self.py.get(n) and callable(handler):
                 found.append(f"{_name(n)} -> {getattr(handler, '__qualname__', type(handler).__name__)}")
-        new = caught() & ~self.mask
+        new = caught() & ~self.mask & ~LIBC_SIGNALS
         found += [f"{_name(n)} (caught natively)" for n in range(1, 65)
                   if new >> (n - 1) & 1 and not any(f.startswith(_name(n) + " ") for f in found)]
         return "; ".join(found[:8]) if found else None
