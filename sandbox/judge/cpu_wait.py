@@ -67,12 +67,24 @@ def _asleep(runner_pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] in ("S", "D")
 
 
-def wait_asleep(runner_pid: int) -> None:
-    """Wait (up to PARK_S) for the runner's calling thread to be asleep (in its read)."""
+def wait_asleep(runner_pid: int, limit_s: float = PARK_S) -> bool:
+    """Wait (up to ``limit_s``) for the runner's calling thread to be asleep (in its read);
+    whether it is (False where its state cannot be read)."""
     with contextlib.suppress(OSError, ValueError, IndexError):
-        t_end = time.monotonic() + PARK_S
-        while not _asleep(runner_pid) and time.monotonic() < t_end:
+        t_end = time.monotonic() + limit_s
+        while not _asleep(runner_pid):
+            if time.monotonic() >= t_end:
+                return False
             time.sleep(0.0002)
+        return True
+    return False
+
+
+def thread_run_ns(runner_pid: int) -> int | None:
+    """The runner's calling thread's time on a CPU so far, ns (None where unreadable)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return _schedstat(f"/proc/{runner_pid}/task/{runner_pid}/schedstat")[0]
+    return None
 
 
 def mark(runner_pid: int, park: bool = False) -> Mark | None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import signal
 import time
+from dataclasses import dataclass
 from typing import Protocol
 
 from sandbox.contract.failure import StageFailure, infrastructure
@@ -53,8 +54,11 @@ from sandbox.launcher.proc import RunnerHandle
 # an idle 2-core host and 0.13 ms beside two busy loops (bwrap, CPU; docs/security-review.md).
 TAIL_NS = 5_000_000
 # The runner's CPU while the judge writes the next inputs: it is asleep in its read
-# (honest: 0 ns in every call measured, idle and loaded).
+# (honest: 0 ns in every call measured, idle and loaded). Its calling thread may not run at
+# all then.
 GAP_NS = 1_000_000
+# How long the judge waits for the calling thread to be asleep before it writes anything.
+ASLEEP_S = 2.0
 _CPUCLOCK_SCHED = 2  # the kernel's encoding of a process CPU clock id (posix-timers.h)
 # Signals 32 and 33: glibc's own (SIGCANCEL, SIGSETXID), caught once the first thread is made
 # or cancelled, at any time; glibc's sigaction refuses them to programs. Not counted.
@@ -131,27 +135,49 @@ def check_handlers(side: Watched, stage: ErrorStage, when: str) -> None:
                            detail={"signals": names(new)})
 
 
-def before_touch(side: Watched, stage: ErrorStage) -> int | None:
-    """Before the judge writes a call's buffers: the runner asleep in its read, no new
-    handler, and no more CPU than its own tail since its last reply. The CPU clock now."""
+@dataclass(frozen=True)
+class Touched:
+    """The runner's counters when the judge began writing a call's buffers: its process CPU
+    clock, and its calling thread's run time when that thread was asleep (else None)."""
+
+    cpu_ns: int
+    caller_ns: int | None
+
+
+def before_touch(side: Watched, stage: ErrorStage) -> Touched | None:
+    """Before the judge writes a call's buffers: the runner's calling thread asleep (in its
+    read), no new handler, and no more CPU than its own tail since its last reply."""
     if not _watched(side):
         return None
     pid = side.runner.proc.pid
-    cpu_wait.wait_asleep(pid)
+    asleep = cpu_wait.wait_asleep(pid, ASLEEP_S)
     check_handlers(side, stage, "between two calls")
     now = cpu_ns(pid)
     if side.idle_ns is not None:
         _check(side, stage, now - side.idle_ns, TAIL_NS, "between its last reply and this call", 0)
-    return now
+    # Not asleep after ASLEEP_S and under TAIL_NS of CPU: runnable, waiting for a CPU (a
+    # loaded host). The calling thread's rule is then not certain; the CPU rule still holds.
+    return Touched(now, cpu_wait.thread_run_ns(pid) if asleep else None)
 
 
-def before_send(side: Watched, stage: ErrorStage, touched: int | None) -> None:
-    """Just before the request goes out: the runner ran (almost) nothing since
-    :func:`before_touch`, while the judge wrote the inputs."""
+def before_send(side: Watched, stage: ErrorStage, touched: Touched | None) -> None:
+    """Just before the request goes out, after the judge wrote the inputs: the runner's
+    calling thread never ran since :func:`before_touch` (it sleeps in its read until the
+    request comes: any run is candidate code that woke to see the inputs), and its whole
+    process used no more than :data:`GAP_NS` (the harness's other threads)."""
     if touched is None or not _watched(side):
         return
-    _check(side, stage, cpu_ns(side.runner.proc.pid) - touched, GAP_NS,
+    pid = side.runner.proc.pid
+    _check(side, stage, cpu_ns(pid) - touched.cpu_ns, GAP_NS,
            "while the judge wrote this call's inputs", 1)
+    ran = cpu_wait.thread_run_ns(pid) if touched.caller_ns is not None else None
+    if ran is not None and touched.caller_ns is not None and ran > touched.caller_ns:
+        used = ran - touched.caller_ns
+        raise StageFailure(stage, "work_between_calls",
+                           f"the candidate's runner's calling thread ran {used / 1e3:.1f} us while "
+                           "the judge wrote this call's inputs, where it sleeps in its read: "
+                           "candidate code woke between calls, outside the timed call",
+                           detail={"caller_cpu_us": round(used / 1e3, 1)})
 
 
 def _check(side: Watched, stage: ErrorStage, used: int, allowed: int, when: str, which: int) -> None:

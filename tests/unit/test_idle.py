@@ -65,6 +65,8 @@ def test_a_sleeping_runner_passes_and_its_figures_are_kept(procs: list[subproces
     assert side.base_caught & (1 << (2 - 1))  # Python catches SIGINT: the harness's baseline
     time.sleep(0.05)
     touched = idle.before_touch(side, "benchmark")
+    assert touched is not None and touched.caller_ns is not None
+    time.sleep(0.05)  # the judge writes: the runner sleeps in its read throughout
     idle.before_send(side, "benchmark", touched)
     assert side.idle_max_ns[0] < idle.TAIL_NS and side.idle_max_ns[1] < idle.GAP_NS
 
@@ -100,6 +102,25 @@ def test_cpu_used_while_the_inputs_are_written_is_work_between_calls(
         idle.before_send(side, "benchmark", touched)
     assert e.value.error.code == "work_between_calls"
     assert "while the judge wrote" in e.value.error.message
+
+
+def test_a_calling_thread_that_wakes_while_the_inputs_are_written_is_caught(
+        procs: list[subprocess.Popen[str]]) -> None:
+    # A poller that sleeps between looks (a finaliser or a handler waiting for the judge's
+    # poison) is asleep when the judge looks and uses little CPU, but its thread runs.
+    p = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.001)"])
+    procs.append(p)  # type: ignore[arg-type]
+    time.sleep(0.3)
+    side = _Side(_Runner(_Proc(p.pid)))
+    idle.baseline(side)
+    idle.replied(side)
+    touched = idle.before_touch(side, "benchmark")
+    assert touched is not None and touched.caller_ns is not None  # it was asleep
+    time.sleep(0.01)
+    with pytest.raises(StageFailure) as e:
+        idle.before_send(side, "benchmark", touched)
+    assert e.value.error.code == "work_between_calls" and "calling thread ran" in e.value.error.message
+    assert e.value.error.detail["caller_cpu_us"] < idle.GAP_NS / 1e3  # under the CPU allowance
 
 
 @pytest.mark.parametrize("how", ["python", "ctypes"])
