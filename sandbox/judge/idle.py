@@ -24,11 +24,14 @@ a CPU while the other side of a pair is timed. Three layers stop the family:
   the request. More than :data:`TAIL_NS` in the first interval (the runner's own tail: its
   send returning and re-entering its read) or :data:`GAP_NS` in the second (the runner is
   asleep in its read while the judge writes) is candidate code that ran between calls:
-  ``work_between_calls``. Run time is not inflated by waiting for a CPU, so a loaded host
-  does not move it (figures in ``docs/security-review.md``). Before it touches the buffers
-  the judge waits (up to :data:`sandbox.judge.cpu_wait.PARK_S`) for the runner's calling
-  thread to be asleep in its read, so the inputs are written only once the runner is
-  proven idle, and anything that computes on them afterwards shows in the second interval.
+  ``work_between_calls``; so does any run at all of the runner's calling thread in the
+  second (its schedstat run time): it sleeps in its read until the request comes, so code
+  that sleeps between looks at the outputs and computes in under :data:`GAP_NS` is seen.
+  Run time is not inflated by waiting for a CPU, so a loaded host does not move it
+  (figures in ``docs/security-review.md``). Before it touches the buffers the judge waits
+  (up to :data:`ASLEEP_S`) for the calling thread to be asleep, so the inputs are written
+  only once the runner is proven idle, and anything that computes on them before the
+  request shows in the second interval.
 
 Reaped children's time is not in a process's CPU clock: processes are
 :mod:`sandbox.judge.isolation`'s (``runner_spawned_process``). A diagnostics tool's runner
