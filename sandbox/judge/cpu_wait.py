@@ -80,10 +80,15 @@ def wait_asleep(runner_pid: int, limit_s: float = PARK_S) -> bool:
     return False
 
 
-def thread_run_ns(runner_pid: int) -> int | None:
-    """The runner's calling thread's time on a CPU so far, ns (None where unreadable)."""
+def thread_runs(runner_pid: int) -> dict[int, int] | None:
+    """Each of the runner's threads' time on a CPU so far, ns, by thread id (the calling
+    thread's id is the runner's pid); None where the kernel does not say."""
     with contextlib.suppress(OSError, ValueError, IndexError):
-        return _schedstat(f"/proc/{runner_pid}/task/{runner_pid}/schedstat")[0]
+        out = {}
+        for t in os.listdir(f"/proc/{runner_pid}/task"):
+            with contextlib.suppress(FileNotFoundError):  # a thread that just exited
+                out[int(t)] = _schedstat(f"/proc/{runner_pid}/task/{t}/schedstat")[0]
+        return out if runner_pid in out else None
     return None
 
 

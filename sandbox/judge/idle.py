@@ -51,21 +51,34 @@ from sandbox.judge import cpu_wait
 from sandbox.launcher import caps
 from sandbox.launcher.proc import RunnerHandle
 
-# The runner's CPU between the judge's reading of its reply and the next request's first
-# write: its reply's send returning, its loop and re-entering its read, and any spin of its
-# intra-op pool's threads after a parallel region. Honest runners used at most 0.14 ms on
-# an idle 2-core host and 0.13 ms beside two busy loops (bwrap, CPU; docs/security-review.md).
+# The calling thread's CPU between the judge's reading of the reply and the next call's
+# first write: its send returning, its loop, re-entering its read. Honest: at most 0.17 ms
+# (bwrap and docker, idle and beside two busy loops; docs/security-review.md).
 TAIL_NS = 5_000_000
-# The runner's CPU while the judge writes the next inputs: it is asleep in its read
-# (honest: 0 ns in every call measured, idle and loaded). Its calling thread may not run at
-# all then.
-GAP_NS = 1_000_000
+# Each of the harness's other threads (torch's intra-op pool, the CUDA driver's) in either
+# interval: an OpenMP worker spins after its last parallel region (GOMP_SPINCOUNT; docker
+# runs OMP_NUM_THREADS workers: 5-7 ms seen). Candidate code reaches them natively only.
+OTHER_NS = 50_000_000
+# CPU of threads that ended within an interval (the process clock less its live threads'):
+# a thread the candidate started and that exited before the judge counted threads.
+EXITED_NS = 1_000_000
+# While the judge writes a call's inputs the calling thread sleeps in its read: none at all.
+GAP_NS = 0
 # How long the judge waits for the calling thread to be asleep before it writes anything.
 ASLEEP_S = 2.0
 _CPUCLOCK_SCHED = 2  # the kernel's encoding of a process CPU clock id (posix-timers.h)
 # Signals 32 and 33: glibc's own (SIGCANCEL, SIGSETXID), caught once the first thread is made
 # or cancelled, at any time; glibc's sigaction refuses them to programs. Not counted.
 LIBC_SIGNALS = (1 << 31) | (1 << 32)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The runner's CPU at one instant, ns: its process clock (every thread, exited ones
+    too) and each live thread's run time (None where the kernel's schedstat is missing)."""
+
+    process: int
+    threads: dict[int, int] | None
 
 
 class Watched(Protocol):
@@ -76,7 +89,7 @@ class Watched(Protocol):
     @property
     def prefix(self) -> tuple[str, ...]: ...
     base_caught: int
-    idle_ns: int | None
+    idle_at: Counters | None
     idle_max_ns: tuple[int, int]
 
 
@@ -119,10 +132,15 @@ def _watched(side: Watched) -> bool:
     return not side.prefix and side.base_caught >= 0
 
 
+def counters(pid: int) -> Counters:
+    threads = cpu_wait.thread_runs(pid)  # first: the process clock read after them covers them
+    return Counters(cpu_ns(pid), threads)
+
+
 def replied(side: Watched) -> None:
     """The judge has the runner's last answer of a call (or of its import)."""
     if _watched(side):
-        side.idle_ns = cpu_ns(side.runner.proc.pid)
+        side.idle_at = counters(side.runner.proc.pid)
 
 
 def check_handlers(side: Watched, stage: ErrorStage, when: str) -> None:
@@ -138,58 +156,68 @@ def check_handlers(side: Watched, stage: ErrorStage, when: str) -> None:
                            detail={"signals": names(new)})
 
 
-@dataclass(frozen=True)
-class Touched:
-    """The runner's counters when the judge began writing a call's buffers: its process CPU
-    clock, and its calling thread's run time when that thread was asleep (else None)."""
-
-    cpu_ns: int
-    caller_ns: int | None
-
-
-def before_touch(side: Watched, stage: ErrorStage) -> Touched | None:
+def before_touch(side: Watched, stage: ErrorStage) -> Counters | None:
     """Before the judge writes a call's buffers: the runner's calling thread asleep (in its
-    read), no new handler, and no more CPU than its own tail since its last reply."""
+    read), no new handler, and no more CPU than the harness's own since its last reply."""
     if not _watched(side):
         return None
     pid = side.runner.proc.pid
     asleep = cpu_wait.wait_asleep(pid, ASLEEP_S)
     check_handlers(side, stage, "between two calls")
-    now = cpu_ns(pid)
-    if side.idle_ns is not None:
-        _check(side, stage, now - side.idle_ns, TAIL_NS, "between its last reply and this call", 0)
-    # Not asleep after ASLEEP_S and under TAIL_NS of CPU: runnable, waiting for a CPU (a
-    # loaded host). The calling thread's rule is then not certain; the CPU rule still holds.
-    return Touched(now, cpu_wait.thread_run_ns(pid) if asleep else None)
+    now = counters(pid)
+    if side.idle_at is not None:
+        _check(side, stage, side.idle_at, now, TAIL_NS, "between its last reply and this call", 0)
+    # Not asleep after ASLEEP_S, within TAIL_NS: runnable, waiting for a CPU (a loaded host).
+    # Whether its calling thread will still run is then not certain: the process rule only.
+    return now if asleep else Counters(now.process, None)
 
 
-def before_send(side: Watched, stage: ErrorStage, touched: Touched | None) -> None:
-    """Just before the request goes out, after the judge wrote the inputs: the runner's
-    calling thread never ran since :func:`before_touch` (it sleeps in its read until the
-    request comes: any run is candidate code that woke to see the inputs), and its whole
-    process used no more than :data:`GAP_NS` (the harness's other threads)."""
+def before_send(side: Watched, stage: ErrorStage, touched: Counters | None) -> None:
+    """Just before the request goes out, after the judge wrote the inputs: the calling
+    thread never ran since :func:`before_touch` (it sleeps in its read until the request
+    comes: any run is candidate code that woke to see the inputs)."""
     if touched is None or not _watched(side):
         return
-    pid = side.runner.proc.pid
-    _check(side, stage, cpu_ns(pid) - touched.cpu_ns, GAP_NS,
+    _check(side, stage, touched, counters(side.runner.proc.pid), GAP_NS,
            "while the judge wrote this call's inputs", 1)
-    ran = cpu_wait.thread_run_ns(pid) if touched.caller_ns is not None else None
-    if ran is not None and touched.caller_ns is not None and ran > touched.caller_ns:
-        used = ran - touched.caller_ns
-        raise StageFailure(stage, "work_between_calls",
-                           f"the candidate's runner's calling thread ran {used / 1e3:.1f} us while "
-                           "the judge wrote this call's inputs, where it sleeps in its read: "
-                           "candidate code woke between calls, outside the timed call",
-                           detail={"caller_cpu_us": round(used / 1e3, 1)})
 
 
-def _check(side: Watched, stage: ErrorStage, used: int, allowed: int, when: str, which: int) -> None:
+def _check(side: Watched, stage: ErrorStage, a: Counters, b: Counters, caller_ns: int,
+           when: str, which: int) -> None:
+    """From ``a`` to ``b``: the calling thread within ``caller_ns``, each other live thread
+    within :data:`OTHER_NS`, threads that ended within :data:`EXITED_NS`."""
+    pid = side.runner.proc.pid
+    used = b.process - a.process
+    if a.threads is None or b.threads is None or pid not in a.threads or pid not in b.threads:
+        # No per-thread figures: the process as a whole, each thread given the most it may use
+        n = max(len(a.threads or {}), len(b.threads or {}), 1)
+        _record(side, which, used)
+        if used > caller_ns + OTHER_NS * (n - 1) + EXITED_NS:
+            _fail(stage, f"used {used / 1e6:.3f} ms of CPU {when}", used)
+        return
+    caller = b.threads[pid] - a.threads[pid]
+    others = {t: b.threads[t] - a.threads[t] for t in a.threads.keys() & b.threads.keys() if t != pid}
+    exited = used - caller - sum(others.values())  # ended (or began) within the interval
+    _record(side, which, caller)
+    if caller > caller_ns:
+        _fail(stage, f"ran its calling thread {caller / 1e6:.3f} ms {when} (allowed "
+              f"{caller_ns / 1e6:.3f} ms)", caller)
+    busiest = max(others.values(), default=0)
+    if busiest > OTHER_NS:
+        _fail(stage, f"ran one of the harness's threads {busiest / 1e6:.3f} ms {when}", busiest)
+    if exited > EXITED_NS:
+        _fail(stage, f"used {exited / 1e6:.3f} ms of CPU {when} in threads that ended meanwhile",
+              exited)
+
+
+def _record(side: Watched, which: int, ns: int) -> None:
     most = list(side.idle_max_ns)
-    most[which] = max(most[which], used)
+    most[which] = max(most[which], ns)
     side.idle_max_ns = (most[0], most[1])
-    if used > allowed:
-        raise StageFailure(stage, "work_between_calls",
-                           f"the candidate's runner used {used / 1e6:.3f} ms of CPU {when} "
-                           f"(allowed {allowed / 1e6:.3f} ms): candidate code ran between calls "
-                           "(a signal handler, a timer, a finaliser), outside the timed call",
-                           detail={"cpu_ms": round(used / 1e6, 3), "allowed_ms": allowed / 1e6})
+
+
+def _fail(stage: ErrorStage, what: str, ns: int) -> None:
+    raise StageFailure(stage, "work_between_calls",
+                       f"the candidate's runner {what}: candidate code ran between calls (a "
+                       "signal handler, a timer, a finaliser), outside the timed call",
+                       detail={"cpu_ms": round(ns / 1e6, 3)})

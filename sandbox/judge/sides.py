@@ -83,7 +83,7 @@ class Side:
         # sandbox.judge.idle: the harness's caught signals, the runner's CPU clock at its last
         # answer, and the most CPU seen (after a reply, while the judge wrote inputs).
         self.base_caught = -1
-        self.idle_ns: int | None = None
+        self.idle_at: idle.Counters | None = None
         self.idle_max_ns = (0, 0)
         self.longest_s = 0.0  # its longest answer to a call so far (Evaluation.wait_s)
         if wait:

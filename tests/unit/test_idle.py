@@ -30,7 +30,7 @@ class _Side:
     runner: _Runner
     prefix: tuple[str, ...] = ()
     base_caught: int = -1
-    idle_ns: int | None = None
+    idle_at: idle.Counters | None = None
     idle_max_ns: tuple[int, int] = field(default=(0, 0))
 
 
@@ -65,10 +65,10 @@ def test_a_sleeping_runner_passes_and_its_figures_are_kept(procs: list[subproces
     assert side.base_caught & (1 << (2 - 1))  # Python catches SIGINT: the harness's baseline
     time.sleep(0.05)
     touched = idle.before_touch(side, "benchmark")
-    assert touched is not None and touched.caller_ns is not None
+    assert touched is not None and touched.threads is not None
     time.sleep(0.05)  # the judge writes: the runner sleeps in its read throughout
     idle.before_send(side, "benchmark", touched)
-    assert side.idle_max_ns[0] < idle.TAIL_NS and side.idle_max_ns[1] < idle.GAP_NS
+    assert side.idle_max_ns[0] < idle.TAIL_NS and side.idle_max_ns[1] == 0
 
 
 def test_cpu_used_between_reply_and_call_is_work_between_calls(procs: list[subprocess.Popen[str]]) -> None:
@@ -87,6 +87,39 @@ def test_cpu_used_between_reply_and_call_is_work_between_calls(procs: list[subpr
     assert e.value.error.detail["cpu_ms"] >= 40
 
 
+def test_a_harness_thread_spinning_after_the_call_is_not_blamed(
+        procs: list[subprocess.Popen[str]]) -> None:
+    # an OpenMP worker spins after its last parallel region (docker: 5-7 ms), then sleeps
+    p = _start("import threading, time\n"
+               "def worker():\n"
+               "    time.sleep(0.05); t = time.process_time()\n"
+               "    while time.process_time() - t < 0.01: pass\n"
+               "    time.sleep(3600)\n"
+               "threading.Thread(target=worker, daemon=True).start()")
+    procs.append(p)
+    side = _side(p)
+    time.sleep(0.3)
+    touched = idle.before_touch(side, "benchmark")
+    idle.before_send(side, "benchmark", touched)
+    assert side.idle_max_ns[0] < idle.TAIL_NS  # the calling thread's figure
+
+
+def test_the_calling_thread_working_after_its_reply_is_work_between_calls(
+        procs: list[subprocess.Popen[str]]) -> None:
+    p = _start("import signal, time\n"
+               "def h(*a):\n"
+               "    t = time.process_time()\n"
+               "    while time.process_time() - t < 0.02: pass\n"
+               "signal.signal(signal.SIGUSR1, h)")
+    procs.append(p)
+    side = _side(p)
+    p.send_signal(10)  # SIGUSR1: the handler runs in the calling thread, 20 ms
+    time.sleep(0.2)
+    with pytest.raises(StageFailure) as e:
+        idle.before_touch(side, "correctness")
+    assert "calling thread" in e.value.error.message and e.value.error.detail["cpu_ms"] >= 15
+
+
 def test_cpu_used_while_the_inputs_are_written_is_work_between_calls(
         procs: list[subprocess.Popen[str]]) -> None:
     p = _start("import threading, time\n"
@@ -101,7 +134,7 @@ def test_cpu_used_while_the_inputs_are_written_is_work_between_calls(
     with pytest.raises(StageFailure) as e:
         idle.before_send(side, "benchmark", touched)
     assert e.value.error.code == "work_between_calls"
-    assert "while the judge wrote" in e.value.error.message
+    assert "while the judge wrote" in e.value.error.message and "threads that ended" in e.value.error.message
 
 
 def test_a_calling_thread_that_wakes_while_the_inputs_are_written_is_caught(
@@ -115,12 +148,12 @@ def test_a_calling_thread_that_wakes_while_the_inputs_are_written_is_caught(
     idle.baseline(side)
     idle.replied(side)
     touched = idle.before_touch(side, "benchmark")
-    assert touched is not None and touched.caller_ns is not None  # it was asleep
+    assert touched is not None and touched.threads is not None  # it was asleep
     time.sleep(0.01)
     with pytest.raises(StageFailure) as e:
         idle.before_send(side, "benchmark", touched)
-    assert e.value.error.code == "work_between_calls" and "calling thread ran" in e.value.error.message
-    assert e.value.error.detail["caller_cpu_us"] < idle.GAP_NS / 1e3  # under the CPU allowance
+    assert e.value.error.code == "work_between_calls" and "calling thread" in e.value.error.message
+    assert e.value.error.detail["cpu_ms"] < 1.0  # a little CPU, but it ran
 
 
 @pytest.mark.parametrize("how", ["python", "ctypes"])
