@@ -18,15 +18,16 @@ a CPU while the other side of a pair is timed. Three layers stop the family:
   invisible here: it needs a sender, and
   every sender but a process is refused by the filter (a process under the runner's uid
   fails ``runner_spawned_process`` after a timed call);
-* the judge reads the runner's CPU clock (``clock_gettime`` on its process CPU clock: every
-  thread, exited ones too, in ns; no permission is needed, one syscall) when it has the
-  reply, again before it touches the next call's buffers, and again just before it sends
-  the request. More than :data:`TAIL_NS` in the first interval (the runner's own tail: its
-  send returning and re-entering its read) or :data:`GAP_NS` in the second (the runner is
-  asleep in its read while the judge writes) is candidate code that ran between calls:
-  ``work_between_calls``; so does any run at all of the runner's calling thread in the
-  second (its schedstat run time): it sleeps in its read until the request comes, so code
-  that sleeps between looks at the outputs and computes in under :data:`GAP_NS` is seen.
+* the judge reads the runner's CPU -- its process CPU clock (``clock_gettime`` on
+  ``((~pid) << 3) | 2``: every thread, exited ones too, ns, no permission needed) and each
+  live thread's run time (schedstat) -- when it has a call's last answer, again before it
+  touches the next call's buffers, and again just before it sends the request. The calling
+  thread (where Python handlers and finalisers run) may use :data:`TAIL_NS` in the first
+  interval (its send returning, re-entering its read) and nothing at all in the second (it
+  sleeps in its read until the request comes: code that sleeps between looks at the
+  outputs is seen however little it computes); each of the harness's other threads
+  :data:`OTHER_NS` (an OpenMP worker spins after its last parallel region); threads that
+  ended within an interval :data:`EXITED_NS`. Over any of them: ``work_between_calls``.
   Run time is not inflated by waiting for a CPU, so a loaded host does not move it
   (figures in ``docs/security-review.md``). Before it touches the buffers the judge waits
   (up to :data:`ASLEEP_S`) for the calling thread to be asleep, so the inputs are written
@@ -48,7 +49,6 @@ from typing import Protocol
 from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import ErrorStage
 from sandbox.judge import cpu_wait
-from sandbox.launcher import caps
 from sandbox.launcher.proc import RunnerHandle
 
 # The calling thread's CPU between the judge's reading of the reply and the next call's
@@ -105,8 +105,11 @@ def cpu_ns(pid: int) -> int:
 def caught(pid: int) -> int:
     """The kernel's mask of the signals process ``pid`` catches (bit ``n - 1``: signal n)."""
     try:
-        return int(caps.status(f"/proc/{pid}/status")["SigCgt"], 16)
-    except (OSError, KeyError, ValueError) as e:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            text = f.read()
+        at = text.index("\nSigCgt:") + 8
+        return int(text[at:text.index("\n", at)], 16)
+    except (OSError, ValueError) as e:
         raise infrastructure("runner_isolation_unavailable",
                              f"the judge cannot read runner pid {pid}'s signal handlers: {e}") from None
 
