@@ -82,7 +82,6 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     # Arming its trigger is refused by seccomp (the import fails); a handler the candidate
     # installs anyway is refused by the judge's read of SigCgt (signal_handler)
     "between_calls_setitimer.py": ({"compile"}, {"import", "signal_handler"}),
-    "between_calls_alarm_ctypes.py": ({"compile"}, {"signal_handler"}),
     "between_calls_sigaction_ctypes.py": ({"compile"}, {"signal_handler"}),
     "between_calls_sigio.py": ({"compile"}, {"signal_handler"}),
     # SIGINT (caught by Python already) re-pointed, the runner's own check fooled: the helper
