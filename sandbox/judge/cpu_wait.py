@@ -62,9 +62,25 @@ def _schedstat(path: str) -> tuple[int, int]:
     return int(run), int(wait)
 
 
-def _asleep(runner_pid: int) -> bool:
+def _state(runner_pid: int) -> str:
     with open(f"/proc/{runner_pid}/task/{runner_pid}/stat", encoding="ascii") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] in ("S", "D")
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _asleep(runner_pid: int) -> bool:
+    return _state(runner_pid) in ("S", "D")
+
+
+def exited(runner_pid: int) -> bool:
+    """Whether the runner has exited: gone, or a zombie with no thread left (a main thread
+    that exited while others run is not an exit)."""
+    try:
+        return _state(runner_pid) in ("Z", "X") \
+            and os.listdir(f"/proc/{runner_pid}/task") == [str(runner_pid)]
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def wait_asleep(runner_pid: int, limit_s: float = PARK_S) -> bool:
@@ -73,8 +89,8 @@ def wait_asleep(runner_pid: int, limit_s: float = PARK_S) -> bool:
     with contextlib.suppress(OSError, ValueError, IndexError):
         t_end = time.monotonic() + limit_s
         while not _asleep(runner_pid):
-            if time.monotonic() >= t_end:
-                return False
+            if time.monotonic() >= t_end or _state(runner_pid) in ("Z", "X"):
+                return False  # still running, or it has exited (its next answer says how)
             time.sleep(0.0002)
         return True
     return False

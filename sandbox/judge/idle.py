@@ -41,6 +41,8 @@ Reaped children's time is not in a process's CPU clock: processes are
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -79,6 +81,7 @@ class Counters:
 
     process: int
     threads: dict[int, int] | None
+    asleep: bool = True  # the calling thread was asleep when these were read
 
 
 class Watched(Protocol):
@@ -93,13 +96,28 @@ class Watched(Protocol):
     idle_max_ns: tuple[int, int]
 
 
+class RunnerGone(Exception):
+    """The runner has exited: its next exchange with the judge reports how (the candidate's
+    failure), so nothing is read or blamed here."""
+
+
+def _unreadable(pid: int, what: str, e: Exception) -> Exception:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return RunnerGone(pid)
+    except PermissionError:
+        pass  # another uid's: alive
+    return infrastructure("runner_isolation_unavailable",
+                          f"the judge cannot read runner pid {pid}'s {what}: {e}")
+
+
 def cpu_ns(pid: int) -> int:
     """The CPU time the kernel has charged to process ``pid`` (all threads), ns."""
     try:
         return time.clock_gettime_ns(((~pid) << 3) | _CPUCLOCK_SCHED)
     except OSError as e:
-        raise infrastructure("runner_isolation_unavailable",
-                             f"the judge cannot read runner pid {pid}'s CPU clock: {e}") from None
+        raise _unreadable(pid, "CPU clock", e) from None
 
 
 def caught(pid: int) -> int:
@@ -110,8 +128,7 @@ def caught(pid: int) -> int:
         at = text.index("\nSigCgt:") + 8
         return int(text[at:text.index("\n", at)], 16)
     except (OSError, ValueError) as e:
-        raise infrastructure("runner_isolation_unavailable",
-                             f"the judge cannot read runner pid {pid}'s signal handlers: {e}") from None
+        raise _unreadable(pid, "signal handlers", e) from None
 
 
 def names(mask: int) -> list[str]:
@@ -128,7 +145,8 @@ def names(mask: int) -> list[str]:
 def baseline(side: Watched) -> None:
     """After the runner's setup, before the candidate's import: the harness's handlers."""
     if not side.prefix:
-        side.base_caught = caught(side.runner.proc.pid)
+        with contextlib.suppress(RunnerGone):
+            side.base_caught = caught(side.runner.proc.pid)
 
 
 def _watched(side: Watched) -> bool:
@@ -143,14 +161,20 @@ def counters(pid: int) -> Counters:
 def replied(side: Watched) -> None:
     """The judge has the runner's last answer of a call (or of its import)."""
     if _watched(side):
-        side.idle_at = counters(side.runner.proc.pid)
+        try:
+            side.idle_at = counters(side.runner.proc.pid)
+        except RunnerGone:
+            side.idle_at = None
 
 
 def check_handlers(side: Watched, stage: ErrorStage, when: str) -> None:
     """Fail when the runner catches a signal the harness did not catch before the import."""
     if not _watched(side):
         return
-    new = caught(side.runner.proc.pid) & ~side.base_caught & ~LIBC_SIGNALS
+    try:
+        new = caught(side.runner.proc.pid) & ~side.base_caught & ~LIBC_SIGNALS
+    except RunnerGone:
+        return
     if new:
         raise StageFailure(stage, "signal_handler",
                            f"{when} the candidate's runner catches signal(s) the harness does not: "
@@ -166,13 +190,18 @@ def before_touch(side: Watched, stage: ErrorStage) -> Counters | None:
         return None
     pid = side.runner.proc.pid
     asleep = cpu_wait.wait_asleep(pid, ASLEEP_S)
+    if not asleep and cpu_wait.exited(pid):
+        return None  # it exited after its reply: the next exchange reports how (its failure)
     check_handlers(side, stage, "between two calls")
-    now = counters(pid)
+    try:
+        now = counters(pid)
+    except RunnerGone:
+        return None
     if side.idle_at is not None:
         _check(side, stage, side.idle_at, now, TAIL_NS, "between its last reply and this call", 0)
     # Not asleep after ASLEEP_S, within TAIL_NS: runnable, waiting for a CPU (a loaded host).
-    # Whether its calling thread will still run is then not certain: the process rule only.
-    return now if asleep else Counters(now.process, None)
+    # Whether its calling thread will still run is then not certain: it gets TAIL_NS.
+    return now if asleep else Counters(now.process, now.threads, asleep=False)
 
 
 def before_send(side: Watched, stage: ErrorStage, touched: Counters | None) -> None:
@@ -181,7 +210,11 @@ def before_send(side: Watched, stage: ErrorStage, touched: Counters | None) -> N
     comes: any run is candidate code that woke to see the inputs)."""
     if touched is None or not _watched(side):
         return
-    _check(side, stage, touched, counters(side.runner.proc.pid), GAP_NS,
+    try:
+        now = counters(side.runner.proc.pid)
+    except RunnerGone:
+        return
+    _check(side, stage, touched, now, GAP_NS if touched.asleep else TAIL_NS,
            "while the judge wrote this call's inputs", 1)
 
 
@@ -198,6 +231,9 @@ def _check(side: Watched, stage: ErrorStage, a: Counters, b: Counters, caller_ns
         if used > caller_ns + OTHER_NS * (n - 1) + EXITED_NS:
             _fail(stage, f"used {used / 1e6:.3f} ms of CPU {when}", used)
         return
+    born = sorted(b.threads.keys() - a.threads.keys())
+    if born:  # made by code that ran between calls; the thread count is taken at replies
+        _fail(stage, f"started {len(born)} thread(s) {when}", b.threads[born[0]])
     caller = b.threads[pid] - a.threads[pid]
     others = {t: b.threads[t] - a.threads[t] for t in a.threads.keys() & b.threads.keys() if t != pid}
     exited = used - caller - sum(others.values())  # ended (or began) within the interval

@@ -188,9 +188,37 @@ def test_an_unwatched_side_is_not_read() -> None:
     assert side.base_caught == -1 and idle.before_touch(side, "benchmark") is None
 
 
-def test_a_runner_the_judge_cannot_read_is_an_infrastructure_fault() -> None:
-    side = _Side(_Runner(_Proc(2 ** 22 + 7)), base_caught=0)  # no such process
+def test_a_runner_that_has_exited_is_left_to_its_next_exchange(
+        procs: list[subprocess.Popen[str]]) -> None:
+    # An exit after the reply is the candidate's (the next send or receive says how): never
+    # an infrastructure fault of the judge's reads, and no 2 s wait on a zombie.
+    p = _start("import sys")
+    procs.append(p)
+    side = _side(p)
+    assert p.stdin is not None
+    p.stdin.close()  # it exits; unreaped, it is a zombie
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    touched = idle.before_touch(side, "benchmark")
+    assert time.monotonic() - t0 < 1.0
+    idle.before_send(side, "benchmark", touched)
+    p.wait()  # reaped: its /proc entries are gone
+    gone = _Side(_Runner(_Proc(p.pid)), base_caught=0)
+    idle.replied(gone)
+    assert gone.idle_at is None and idle.before_touch(gone, "benchmark") is None
+
+
+def test_a_thread_started_between_calls_is_work_between_calls(
+        procs: list[subprocess.Popen[str]]) -> None:
+    p = _start("import threading, time\n"
+               "def later():\n"
+               "    time.sleep(0.1)\n"
+               "    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+               "threading.Timer(0.0, later).start()")
+    procs.append(p)
+    time.sleep(0.05)  # the Timer's own thread is running: part of the "reply" counters
+    side = _side(p)
+    time.sleep(0.4)
     with pytest.raises(StageFailure) as e:
-        idle.replied(side)
-    assert e.value.error.code == "runner_isolation_unavailable"
-    assert e.value.error.origin == "infrastructure"
+        idle.before_touch(side, "benchmark")
+    assert "started 1 thread(s) between its last reply" in e.value.error.message
