@@ -27,7 +27,9 @@ a CPU while the other side of a pair is timed. Three layers stop the family:
   sleeps in its read until the request comes: code that sleeps between looks at the
   outputs is seen however little it computes); each of the harness's other threads
   :data:`OTHER_NS` (an OpenMP worker spins after its last parallel region); threads that
-  ended within an interval :data:`EXITED_NS`. Over any of them: ``work_between_calls``.
+  ended within an interval :data:`EXITED_NS`; no thread may start between calls. Over any
+  of them: ``work_between_calls``. A runner that exited after its reply is not read: its
+  next exchange says how it ended (the candidate's failure, never the judge's).
   Run time is not inflated by waiting for a CPU, so a loaded host does not move it
   (figures in ``docs/security-review.md``). Before it touches the buffers the judge waits
   (up to :data:`ASLEEP_S`) for the calling thread to be asleep, so the inputs are written
