@@ -197,7 +197,10 @@ class SandboxInfo(_Model):
                     "benchmark, accept, teardown (judge's record to sandbox gone), total; with "
                     "a measurement gate (leaderboard --prepare-ahead) also gate_wait, the "
                     "judge waiting for its turn at the device: judge_ready leaves it out, "
-                    "runnerN_ready (from the runner's start) includes it.")
+                    "runnerN_ready (from the runner's start) includes it. Not phases but "
+                    "seconds too: between_calls_cpu_max and inputs_write_cpu_max, the most "
+                    "CPU any runner used between its reply and the next call, and while the "
+                    "judge wrote a call's inputs (the judge's idle check).")
 
 
 class CandidateInfo(_Model):

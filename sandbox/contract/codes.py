@@ -166,6 +166,14 @@ CATALOGUE: tuple[Code, ...] = (
          "Do not start threads, at import or in a call."),
     Code("runner_spawned_process", _RUN, _C, "A process runs under the runner's uid beside it.",
          "Do not start processes."),
+    Code("work_between_calls", _RUN, _C,
+         "The runner used CPU between its reply and the next request, or while the judge wrote "
+         "the inputs: candidate code (a signal handler, a timer, a finaliser) ran between calls.",
+         "Do all work inside the call; arm no timers or signal handlers."),
+    Code("signal_handler", _RUN, _C,
+         "The candidate installed a signal handler (seen by the kernel's mask of caught "
+         "signals, or by the runner): a handler runs code between calls, outside the timing.",
+         "Install no signal handlers; do all work inside the call.", runner=True),
     Code("gpu_busy_between_calls", ("accept",), _C,
          "The device stayed busy after a side's call returned (work left running).",
          "Finish all work inside the call."),

@@ -62,19 +62,58 @@ def _schedstat(path: str) -> tuple[int, int]:
     return int(run), int(wait)
 
 
-def _asleep(runner_pid: int) -> bool:
+def _state(runner_pid: int) -> str:
     with open(f"/proc/{runner_pid}/task/{runner_pid}/stat", encoding="ascii") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] in ("S", "D")
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def _asleep(runner_pid: int) -> bool:
+    return _state(runner_pid) in ("S", "D")
+
+
+def exited(runner_pid: int) -> bool:
+    """Whether the runner has exited: gone, or a zombie with no thread left (a main thread
+    that exited while others run is not an exit)."""
+    try:
+        return _state(runner_pid) in ("Z", "X") \
+            and os.listdir(f"/proc/{runner_pid}/task") == [str(runner_pid)]
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def wait_asleep(runner_pid: int, limit_s: float = PARK_S) -> bool:
+    """Wait (up to ``limit_s``) for the runner's calling thread to be asleep (in its read);
+    whether it is (False where its state cannot be read)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        t_end = time.monotonic() + limit_s
+        while not _asleep(runner_pid):
+            if time.monotonic() >= t_end or _state(runner_pid) in ("Z", "X"):
+                return False  # still running, or it has exited (its next answer says how)
+            time.sleep(0.0002)
+        return True
+    return False
+
+
+def thread_runs(runner_pid: int) -> dict[int, int] | None:
+    """Each of the runner's threads' time on a CPU so far, ns, by thread id (the calling
+    thread's id is the runner's pid); None where the kernel does not say."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        out = {}
+        for t in os.listdir(f"/proc/{runner_pid}/task"):
+            with contextlib.suppress(FileNotFoundError):  # a thread that just exited
+                out[int(t)] = _schedstat(f"/proc/{runner_pid}/task/{t}/schedstat")[0]
+        return out if runner_pid in out else None
+    return None
 
 
 def mark(runner_pid: int, park: bool = False) -> Mark | None:
-    """The counters now, None where any of them cannot be read. ``park``: first wait (up to
-    PARK_S) for the runner's calling thread to be asleep."""
+    """The counters now, None where any of them cannot be read. ``park``: first wait
+    (:func:`wait_asleep`) for the runner's calling thread to be asleep."""
+    if park:
+        wait_asleep(runner_pid)
     with contextlib.suppress(OSError, ValueError, IndexError):
-        if park:
-            t_end = time.monotonic() + PARK_S
-            while not _asleep(runner_pid) and time.monotonic() < t_end:
-                time.sleep(0.0002)
         with open("/proc/sys/kernel/ns_last_pid", encoding="ascii") as f:
             last = int(f.read())
         judge_wait = _schedstat("/proc/thread-self/schedstat")[1]

@@ -27,7 +27,7 @@ from sandbox.contract.wire import (
     TaskWire,
     TimingRecord,
 )
-from sandbox.judge import cpu_wait, prestart
+from sandbox.judge import cpu_wait, idle, prestart
 from sandbox.judge.checks import check_outputs, correctness_record, track
 from sandbox.judge.clock import overrun
 from sandbox.judge.device import device_environment
@@ -171,7 +171,14 @@ class Evaluation:
         return ((path == self.req.candidate and self.req.trusted_candidate)
                 or (path == self.req.current and self.req.trusted_current))
 
+    def _idle_figures(self, side: Side) -> None:
+        """The most CPU any runner used between calls (sandbox.judge.idle), seconds."""
+        for key, ns in zip(("between_calls_cpu_max", "inputs_write_cpu_max"), side.idle_max_ns,
+                           strict=True):
+            self.phases[key] = max(self.phases.get(key, 0.0), round(ns / 1e9, 6))
+
     def close_side(self, side: Side) -> None:
+        self._idle_figures(side)
         side.close()
         self.roles.pop(id(side), None)  # a later side may get its id
         if side in self.sides:
@@ -192,6 +199,7 @@ class Evaluation:
         sent; :meth:`_finish_call` takes the answer and checks everything."""
         self.check_clock(stage, deadline)
         self.taint.call(stage, where)  # before the inputs are there to be read
+        touched = idle.before_touch(side, stage)  # the runner proven idle before any write
         buf = buf if buf < len(side.bases) else 0
         views = side.views(slots, buf)
         for s in slots:
@@ -210,6 +218,7 @@ class Evaluation:
         if data is not None:
             msg["data"] = data
         waits = cpu_wait.before_call(self.dev, side.runner.proc.pid)
+        idle.before_send(side, stage, touched)
         t0 = time.perf_counter()
         try:
             side.runner.send(msg)
@@ -227,6 +236,7 @@ class Evaluation:
         except RunnerFailure as e:
             raise self.failure(stage, e, where) from None
         judge_ms = (time.perf_counter() - p.t0) * 1e3
+        idle.replied(side)
         wait_ms = cpu_wait.after_call(p.waits, side.runner.proc.pid, judge_ms)
         self.answered(side, judge_ms / 1e3)
         check_threads(side, stage, "when its call returned,")  # before any output is read
@@ -329,6 +339,7 @@ class Evaluation:
         non-negative, and no longer than the round trip that contained them.
         """
         self.taint.touch(stage)
+        idle.before_touch(side, stage)
         waits = cpu_wait.before_call(self.dev, side.runner.proc.pid)
         t0 = time.perf_counter()
         try:
@@ -337,6 +348,7 @@ class Evaluation:
         except RunnerFailure as e:
             raise self.failure(stage, e) from None
         judge_ms = (time.perf_counter() - t0) * 1e3
+        idle.replied(side)
         wait_ms = cpu_wait.after_call(waits, side.runner.proc.pid, judge_ms)
         ms, tail = number(r.get("ms")), number(r.get("tail_ms", 0.0))
         why = claim_problem(ms, number(r.get("wall_ms")), judge_ms, self.dev)
@@ -353,6 +365,8 @@ class Evaluation:
         self.phases[name] = round(time.monotonic() - t0, 4)
 
     def record(self) -> Record:
+        for side in self.sides:
+            self._idle_figures(side)
         return Record(wire_version=WIRE_VERSION, stage=self.stage, errors=tuple(self.errors),
                       warnings=tuple(clean(w) for w in [*self.warnings, *labels(self)]),
                       device=self.device,

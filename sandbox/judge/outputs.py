@@ -19,7 +19,7 @@ import torch
 
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage
-from sandbox.judge import cpu_wait
+from sandbox.judge import cpu_wait, idle
 from sandbox.judge.contention import contention
 from sandbox.judge.hub import Hub
 from sandbox.judge.sides import Side
@@ -51,6 +51,7 @@ def collect_outputs(ev: Hub, side: Side, slots: list[Slot], buf: int, stage: Err
     except RunnerFailure as e:
         raise ev.failure(stage, e) from None
     collect_ms = (time.perf_counter() - t0) * 1e3
+    idle.replied(side)  # the call's last answer: the runner is idle from here
     cpu1 = runner_cpu_ms(pid) if cpu0 is not None else None
     wait_ms = cpu_wait.waited_ms(mark0, cpu_wait.mark(pid), collect_ms) if mark0 is not None else 0.0
     if not timed:

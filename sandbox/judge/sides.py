@@ -13,7 +13,7 @@ import torch
 from sandbox.contract import device_memory
 from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import BenchmarkWire, ErrorStage
-from sandbox.judge import prestart
+from sandbox.judge import idle, prestart
 from sandbox.judge.device import gpu_fraction, memory_figures
 from sandbox.judge.hub import Hub
 from sandbox.judge.isolation import check_threads, threads_of
@@ -81,6 +81,11 @@ class Side:
         self.flush_bytes = 0
         self.lead_us = 0.0
         self.base_threads = -1
+        # sandbox.judge.idle: the harness's caught signals, the runner's CPU clock at its last
+        # answer, and the most CPU seen (after a reply, while the judge wrote inputs).
+        self.base_caught = -1
+        self.idle_at: idle.Counters | None = None
+        self.idle_max_ns = (0, 0)
         self.longest_s = 0.0  # its longest answer to a call so far (Evaluation.wait_s)
         if wait:
             self.await_setup(timeout)
@@ -95,8 +100,9 @@ class Side:
             if isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= ready:
                 self.startup[key.removesuffix("_s")] = float(v)
         self.flush_bytes = int(setup.get("flush_bytes", 0))
-        if not self.prefix:  # the harness's threads, counted before the candidate is imported
+        if not self.prefix:  # the harness's threads and handlers, before the candidate's import
             self.base_threads = threads_of(self.runner.proc.pid)
+            idle.baseline(self)
         lead = setup.get("lead_us", 0.0)
         self.lead_us = float(lead) if isinstance(lead, int | float) and not isinstance(lead, bool) else 0.0
 
@@ -191,6 +197,8 @@ def open_sides(ev: Hub, wanted: list[tuple[str, tuple[Any, ...]]], stage: ErrorS
         ev.phase(f"runner{n}_load", t_load)  # importing the module
         try:
             check_threads(side, stage, "after its import")
+            idle.check_handlers(side, stage, "after its import")
+            idle.replied(side)
         except StageFailure as e:
             failure = failure or e.renamed(code_prefix, msg_prefix)
     if failure is not None:

@@ -35,8 +35,8 @@ Program, in order:
     CSIGNAL``) is SIGKILL, delivered to the parent when the child exits; ``fcntl(F_SETSIG,
     SIGKILL)`` (the signal of ``O_ASYNC`` I/O, dnotify and lease breaks); ``timer_create``
     and ``mq_notify`` with any ``sigevent`` (its signal is in memory the filter cannot read,
-    and the kernel accepts SIGKILL there; a NULL one, SIGALRM or unregistering, stays
-    allowed); ``setrlimit`` and ``prlimit64`` with a new ``RLIMIT_CPU`` or ``RLIMIT_RTTIME``
+    and the kernel accepts SIGKILL there; ``mq_notify``'s NULL, unregistering, stays
+    allowed; deferred signals, below, refuse more of these); ``setrlimit`` and ``prlimit64`` with a new ``RLIMIT_CPU`` or ``RLIMIT_RTTIME``
     (the hard limit is a SIGKILL; the harness sets neither; reading them stays allowed).
     Each of these killed a runner in the sandbox (Linux 6.18) before its rule. Refused too,
     though no runner reaches them today: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (fires when
@@ -48,6 +48,23 @@ Program, in order:
     gets EPERM, never a death. Outside the filter: no cgroup file (``cgroup.kill``) is
     writable from a runner (bwrap mounts no /sys; docker's cgroup mounts are read-only), and
     the host tells a kernel OOM kill apart (``memory_limit``);
+* denied with EPERM: every way to arm a signal that comes later, while the runner waits
+  between calls, where its handler would run candidate code outside the timed call (it did:
+  a SIGALRM handler computed the next answer while the judge wrote the inputs, and was
+  accepted; ``sandbox.judge.idle``, ``docs/security-review.md``). ``timer_create`` whatever
+  its sigevent (NULL is SIGALRM; SIGEV_THREAD makes a thread); ``setitimer`` with a new
+  value (argument 1 non-NULL; ``getitimer`` stays allowed); ``alarm`` (x86_64) unless it is
+  ``alarm(0)``; ``fcntl`` ``F_SETOWN``, ``F_SETOWN_EX``, ``F_SETSIG`` (any signal now, not
+  only SIGKILL), ``F_NOTIFY`` (dnotify) and ``F_SETLEASE`` (lease breaks), and ``F_SETFL``
+  with ``O_ASYNC`` in its flags; ``ioctl`` ``FIOASYNC``, ``FIOSETOWN``, ``SIOCSPGRP`` (the
+  same for sockets and pipes; ``open`` ignores ``O_ASYNC``); ``clone`` whose exit signal is
+  other than SIGCHLD or none. Neither torch nor Triton's interpreter arms timers or I/O
+  signals (``tests/legit`` runs under the filter on the CPU); the CUDA driver's helpers are
+  threads, and ``ptxas``/``gcc`` are processes that inherit the filter and are waited for
+  with ``waitpid`` (a timeout in ``subprocess`` polls, it sets no timer): to be confirmed on
+  each GPU host by the GPU suite (a refusal there is an EPERM, never a death). A signal
+  from a helper process remains (``kill`` of the runner itself is allowed, see above): the
+  judge counts processes and the runner's CPU between calls.
 * ``clone3`` returns ENOSYS: its flags live in memory the filter cannot read, and libc
   falls back to ``clone``, whose flags it can.
 * everything else is allowed.
@@ -85,6 +102,13 @@ SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 SIGKILL, CSIGNAL = 9, 0xFF
 PR_SET_PDEATHSIG, PR_SET_SECCOMP, SECCOMP_MODE_STRICT, SECCOMP_SET_MODE_STRICT = 1, 22, 1, 0
 F_SETSIG, TIOCSIG = 10, 0x40045436
+# Deferred signals (asm-generic values, the same on x86_64 and aarch64): fcntl commands that
+# make a file send its owner signals, the O_ASYNC flag, and the ioctls that do the same.
+F_SETFL, F_SETOWN, F_SETOWN_EX, F_SETLEASE, F_NOTIFY, O_ASYNC = 4, 8, 15, 1024, 1026, 0o20000
+FCNTL_SIGNALS = (F_SETOWN, F_SETSIG, F_SETOWN_EX, F_SETLEASE, F_NOTIFY)
+FIOASYNC, FIOSETOWN, SIOCSPGRP = 0x5452, 0x8901, 0x8902
+IOCTL_SIGNALS = (FIOASYNC, FIOSETOWN, SIOCSPGRP)
+SIGCHLD = 17
 RLIMIT_CPU, RLIMIT_RTTIME = 0, 15
 
 # Syscalls the filter names. Numbers from 424 up are shared by every architecture.
@@ -101,7 +125,7 @@ _X86_64 = {"clone": 56, "kill": 62, "ptrace": 101, "rt_sigqueueinfo": 129, "pers
            "process_vm_writev": 311, "kcmp": 312, "finit_module": 313, "kexec_file_load": 320,
            "bpf": 321, "userfaultfd": 323, "seccomp": 317, "ioctl": 16, "fcntl": 72,
            "prctl": 157, "setrlimit": 160, "timer_create": 222, "mq_notify": 244,
-           "prlimit64": 302}
+           "prlimit64": 302, "alarm": 37, "setitimer": 38}
 _AARCH64 = {"umount2": 39, "mount": 40, "pivot_root": 41, "personality": 92, "unshare": 97,
             "kexec_load": 104, "init_module": 105, "delete_module": 106, "ptrace": 117,
             "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138, "add_key": 217,
@@ -110,7 +134,7 @@ _AARCH64 = {"umount2": 39, "mount": 40, "pivot_root": 41, "personality": 92, "un
             "process_vm_writev": 271, "kcmp": 272, "finit_module": 273, "bpf": 280,
             "userfaultfd": 282, "kexec_file_load": 294, "seccomp": 277, "ioctl": 29,
             "fcntl": 25, "timer_create": 107, "setrlimit": 164, "prctl": 167,
-            "mq_notify": 184, "prlimit64": 261}
+            "mq_notify": 184, "prlimit64": 261, "setitimer": 103}
 # The newest syscall number known when these tables were checked (Linux 6.17: file_setattr).
 MAX_KNOWN_NR = 469
 
@@ -125,7 +149,11 @@ SIGNAL_OWN_ONLY = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueuei
 # Which argument of each holds the signal number.
 SIGNAL_ARG = {"kill": 1, "tkill": 1, "rt_sigqueueinfo": 1, "tgkill": 2, "rt_tgsigqueueinfo": 2}
 # Syscalls whose sigevent (argument 1) the filter cannot read: refused unless it is NULL.
-SIGEVENT = ("timer_create", "mq_notify")
+SIGEVENT = ("mq_notify",)
+# Arming a timer that signals the runner later: refused. ``timer_create`` always (a NULL
+# sigevent is SIGALRM; SIGEV_THREAD makes a thread), ``setitimer`` with a new value (argument
+# 1; ``getitimer`` and a NULL query stay allowed), ``alarm`` (x86_64 only) unless it cancels.
+TIMERS = ("timer_create", "setitimer", "alarm")
 
 
 @dataclass(frozen=True)
@@ -217,6 +245,10 @@ def build(own_pid: int, arch: Arch) -> list[tuple[int, int, int, int]]:
         a.op(JEQ_K, t[name], label, 0)
     for name in SIGEVENT:
         a.op(JEQ_K, t[name], "sigevent", 0)
+    a.op(JEQ_K, t["timer_create"], "eperm", 0)
+    a.op(JEQ_K, t["setitimer"], "sigevent", 0)  # argument 1, the new value: NULL or refused
+    if "alarm" in t:
+        a.op(JEQ_K, t["alarm"], "alarm", 0)
     a.op(RET_K, RET_ALLOW)
     # Argument checks for the syscalls above; BPF jumps only forward, so every target is below.
     for i in (1, 2):  # the signal: never SIGKILL, then the target: the runner itself only
@@ -230,7 +262,8 @@ def build(own_pid: int, arch: Arch) -> list[tuple[int, int, int, int]]:
     a.op(LD_W_ABS, _arg_lo(0))
     a.op(JSET_K, CLONE_NEW_MASK, "eperm", 0)
     a.op(ALU_AND_K, CSIGNAL)  # the exit signal the parent gets when the child ends
-    a.op(JEQ_K, SIGKILL, "eperm", "allow")
+    a.op(JEQ_K, 0, "allow", 0)
+    a.op(JEQ_K, SIGCHLD, "allow", "eperm")
     a.label("personality")
     a.op(LD_W_ABS, _arg_lo(0))
     a.op(JEQ_K, PERSONALITY_QUERY, "allow", "eperm")
@@ -243,12 +276,21 @@ def build(own_pid: int, arch: Arch) -> list[tuple[int, int, int, int]]:
     a.label("seccomp")
     a.op(LD_W_ABS, _arg_lo(0))
     a.op(JEQ_K, SECCOMP_SET_MODE_STRICT, "eperm", "allow")
-    a.label("fcntl")
+    a.label("fcntl")  # fcntl(fd, cmd, arg): the int cmd in the low half
     a.op(LD_W_ABS, _arg_lo(1))
-    a.op(JEQ_K, F_SETSIG, "arg2_sigkill", "allow")
-    a.label("ioctl")
+    for cmd in FCNTL_SIGNALS:
+        a.op(JEQ_K, cmd, "eperm", 0)
+    a.op(JEQ_K, F_SETFL, 0, "allow")
+    a.op(LD_W_ABS, _arg_lo(2))
+    a.op(JSET_K, O_ASYNC, "eperm", "allow")
+    a.label("ioctl")  # ioctl(fd, request, ...): the kernel reads request as an unsigned int
     a.op(LD_W_ABS, _arg_lo(1))
+    for request in IOCTL_SIGNALS:
+        a.op(JEQ_K, request, "eperm", 0)
     a.op(JEQ_K, TIOCSIG, "arg2_sigkill", "allow")
+    a.label("alarm")  # alarm(seconds): only alarm(0), which cancels, stays allowed
+    a.op(LD_W_ABS, _arg_lo(0))
+    a.op(JEQ_K, 0, "allow", "eperm")
     a.label("setrlimit")
     a.op(LD_W_ABS, _arg_lo(0))
     a.op(JEQ_K, RLIMIT_CPU, "eperm", 0)

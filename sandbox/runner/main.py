@@ -27,6 +27,7 @@ from sandbox.launcher import harden, protocol
 from sandbox.launcher.proc import runner_arg_parser
 from sandbox.problem.tensors import DTYPES
 from sandbox.runner.boundary import SealBroken
+from sandbox.runner.handlers import Dispositions
 from sandbox.runner.op_audit import AuditTampered, audited, report
 from sandbox.runner.returned import Returned
 from sandbox.runner.timing import Timer, _perf_ns, thread_count
@@ -99,6 +100,16 @@ class Runner:
         self._harness_streams = False
         self.returned = Returned({}, self.device)
         self.twins: Twins | None = None
+        self.signals: Dispositions | None = None  # the harness's, before the import
+
+    def _handler_error(self, when: str) -> dict[str, Any] | None:
+        found = self.signals.new_handlers() if self.signals is not None else None
+        if found is None:
+            return None
+        return {"ok": False, "error": {"code": "signal_handler", "type": "SignalHandler", "line": None,
+                                       "message": clean(f"{when} the candidate installed signal "
+                                                        f"handler(s): {found}; handlers run code "
+                                                        "between calls, outside the timing", 2000)}}
 
     def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -171,6 +182,7 @@ class Runner:
             if self.returned.active:
                 self.returned.before_import()
             sys.modules["candidate"] = mod
+            self.signals = Dispositions()
             spec.loader.exec_module(mod)
         except SyntaxError as e:
             return _error("syntax", e, self.path)
@@ -189,7 +201,7 @@ class Runner:
             return {"ok": False, "error": {"code": "missing_entrypoint", "type": "AttributeError",
                                            "message": why, "line": None}}
         self.fn = fn
-        return {"ok": True, "threads": thread_count()}
+        return self._handler_error("at import") or {"ok": True, "threads": thread_count()}
 
     def _args(self, slots: list[dict[str, Any]], buf: int = 0) -> list[torch.Tensor]:
         slots = [{k: s[k] for k in ("dtype", "shape", "offset")} for s in slots]
@@ -260,6 +272,9 @@ class Runner:
             return _error(_classify(e), e, self.path)
         finally:
             twin_stats = twins.end() if twins is not None else None
+        handlers = self._handler_error("in a call")
+        if handlers is not None:
+            return handlers
         flags_ok = (torch.backends.cuda.matmul.allow_tf32 == self.allow_tf32
                     and torch.backends.cudnn.allow_tf32 == self.allow_tf32)
         stream_ok = self.default_stream is None or torch.cuda.current_stream() == self.default_stream

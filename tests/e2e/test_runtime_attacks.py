@@ -91,6 +91,16 @@ CASES: dict[str, tuple[set[str], set[str]]] = {
     **{f"self_sigkill_{route}.py": ({"correctness"}, {"output_untouched"}) for route in (
         "signals", "clone_exit_signal", "pdeathsig", "sigio", "posix_timer", "mq_notify",
         "cpu_limit", "strict_seccomp", "pty_signal")},
+    # work between calls: a handler that computes the next answer while the runner waits.
+    # Arming its trigger is refused by seccomp (the import fails); a handler the candidate
+    # installs anyway is refused by the judge's read of SigCgt (signal_handler)
+    "between_calls_setitimer.py": ({"compile"}, {"import", "signal_handler"}),
+    "between_calls_sigaction_ctypes.py": ({"compile"}, {"signal_handler"}),
+    "between_calls_sigio.py": ({"compile"}, {"signal_handler"}),
+    # SIGINT (caught by Python already) re-pointed, the runner's own check fooled: the helper
+    # that sends it is a process beside the timed call
+    "between_calls_child_signals.py": ({"compile", "correctness", "benchmark"},
+                                       {"work_between_calls", "runner_spawned_process"}),
 }
 LIMITS = {"compile_s": 60, "run_s": 20, "memory_mib": 1536}
 
@@ -109,4 +119,17 @@ def test_runtime_attack_is_stopped_with_its_stage_and_code(name: str, backend: s
     assert not report.ok, report.model_dump_json(indent=1)
     first = report.errors[0]
     assert first.stage in stages and first.code in codes, (
+        f"{name}: got {first.stage}/{first.code}: {first.message}")
+
+
+@pytest.mark.parametrize("name", ["between_calls_setitimer.py", "between_calls_sigaction_ctypes.py"])
+def test_work_between_calls_is_not_accepted_against_an_honest_current_best(name: str) -> None:
+    """Without the defences both were accepted (0.07-0.1 ms against ~38 ms, 25 pairs)."""
+    report = evaluate(EvalRequest.from_paths(task_dir=TASK, candidate=ATTACKS / name,
+                                             current=TASK / "candidates" / "good.py",
+                                             backend=backend_or_skip("bwrap"), device="cpu",
+                                             policy=RUNTIME_ONLY, limits=dict(LIMITS)))
+    assert not report.ok and (report.acceptance is None or not report.acceptance.accepted)
+    first = report.errors[0]
+    assert (first.stage, first.code) in {("compile", "import"), ("compile", "signal_handler")}, (
         f"{name}: got {first.stage}/{first.code}: {first.message}")

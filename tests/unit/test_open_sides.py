@@ -39,6 +39,7 @@ class _Side:
         self.runner = _Runner(self.log, path, self.fail.get(path))
         self.startup = {"ready": 1.0}
         self.base_threads = -1
+        self.base_caught = -1  # not watched (sandbox.judge.idle): no process behind it
         self.prefix = ()
         self.log.append(f"send setup {path}")
 
