@@ -22,7 +22,8 @@ def _fixture(copy: Any) -> tuple[Any, Any, list[Any]]:
     slot: Any = SimpleNamespace(role="output", name="out", wire=lambda: {"name": "out"})
     side = SimpleNamespace(runner=SimpleNamespace(proc=SimpleNamespace(pid=os.getpid()),
                                                   request=lambda msg, timeout: copy()),
-                           views=lambda outs, buf: {"out": out})
+                           views=lambda outs, buf: {"out": out},
+                           prefix=(), base_caught=-1)  # not under the idle watch (test_idle's)
     ev = SimpleNamespace(dev="cpu", left=lambda deadline: 10.0,
                          noop=lambda side, stage: (1.0, 0.5, 0.0, (0.0, 0.0)))
     return ev, side, [slot]

@@ -96,7 +96,8 @@ def _copy_fixture(monkeypatch: pytest.MonkeyPatch, copy_s: float, noop_ms: list[
     slot: Any = SimpleNamespace(role="output", name="out", wire=lambda: {"name": "out"})
     side = SimpleNamespace(runner=SimpleNamespace(proc=SimpleNamespace(pid=os.getpid()),
                                                   request=lambda msg, timeout: time.sleep(copy_s)),
-                           views=lambda outs, buf: {"out": out})
+                           views=lambda outs, buf: {"out": out},
+                           prefix=(), base_caught=-1)  # not under the idle watch (test_idle's)
     rts = iter(noop_ms)
     ev = SimpleNamespace(dev="cuda", left=lambda deadline: 10.0,
                          noop=lambda side, stage: (next(rts), 0.5, 0.0, (0.0, 0.0), 0.0))
