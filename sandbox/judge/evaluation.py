@@ -263,7 +263,9 @@ class Evaluation:
             ops = [str(o)[:40] for o in audit["compute_ops"]][:32]
             raise StageFailure(stage, "torch_compute_in_launch",
                                f"torch computed inside a kernel-only launch: {', '.join(ops)} "
-                               "(only allocation, views, fills and copies are allowed)",
+                               "(only allocation, views, fills and copies are allowed; host code and "
+                               "autotune hooks see decoys: reset outputs between configs with "
+                               "autotune's reset_to_zero or restore_value)",
                                detail={**where, "compute_ops": ops,
                                        "ops": [str(o)[:40] for o in audit.get("ops", [])][:64]})
         if reply.get("flags_ok") is False:
