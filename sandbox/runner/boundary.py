@@ -113,10 +113,24 @@ class Seal:
         for cls in classes.values():
             for klass in cls.__mro__[:-1]:  # object's own slots cannot be reassigned
                 self._add(f"{klass.__module__}.{klass.__qualname__}", klass.__dict__)
-        self._codes = tuple(map(id, map(_CODE, self._funcs)))
         drv = sys.modules.get("triton.runtime.driver")
         self._driver = getattr(drv, "driver", None)
-        self._active = id(self._driver.__dict__.get("_active")) if self._driver is not None else 0
+        self._active = 0
+        if self._driver is not None and ".jit" not in off:
+            # The JIT's path asks the active driver for the device, the stream and the
+            # launcher: made now (the runner's CUDA is up), so a driver the candidate sets
+            # later, or a method it puts on this one, breaks the seal.
+            try:
+                active = self._driver.active
+            except Exception:  # no GPU driver here: nothing of it runs
+                active = None
+            if active is not None:
+                self._active = id(active)
+                self._add("triton.runtime.driver.active", active.__dict__)
+                utils = active.__dict__.get("utils")
+                if utils is not None:
+                    self._add("triton.runtime.driver.active.utils", utils.__dict__)
+        self._codes = tuple(map(id, map(_CODE, self._funcs)))
 
     def _add(self, where: str, d: Any) -> None:
         keys = tuple(k for k, v in d.items() if callable(v) or isinstance(v, types.ModuleType))
@@ -142,11 +156,6 @@ class Seal:
         if self._driver is not None and self._active and \
                 id(self._driver.__dict__.get("_active")) != self._active:
             raise SealBroken("triton.runtime.driver.active was replaced")
-
-    def refresh_driver(self) -> None:
-        """Take the driver's identity once Triton has made it (lazily, at the first launch)."""
-        if self._driver is not None and not self._active:
-            self._active = id(self._driver.__dict__.get("_active"))
 
 
 # ---- arguments -------------------------------------------------------------------------

@@ -245,7 +245,6 @@ def _launch(twins: Twins, plain: Plain, seal: Seal, compiled: set[tuple[Any, ...
         seal.check()
         with twins.launching():
             out = run(kernel, *rargs, grid=grid, warmup=warmup, **rkw)
-        seal.refresh_driver()
     twins.launches += 1
     return out
 
