@@ -103,7 +103,10 @@ def test_passing_attempt_carries_its_timing(graded: Graded) -> None:
                   "--source", "--json", env=graded.env)
     (r,) = out["results"]
     assert r["candidate_sha256"] == _sha(CANDS / "good.py") and r["stage"] == "benchmark"
-    assert r["median_ms"] > 0 and r["min_ms"] > 0 and r["bandwidth_gbps"] > 0
+    assert r["median_ms"] > 0 and r["bandwidth_gbps"] > 0
+    # the store keeps the candidate's copy: figures after a hidden-shape call are withheld
+    # (grader/report/withhold.py), the median kept to 3 significant digits
+    assert r["min_ms"] is None and float(f"{r['median_ms']:.3g}") == r["median_ms"]
     assert r["lesson"].startswith("passed")
     assert r["source"] == (CANDS / "good.py").read_text()
 
