@@ -42,7 +42,7 @@ from typing import Any
 
 from grader.leaderboard.state import EvalRow
 from grader.measure.accept import bootstrap_ci, fast_p, floored_geomean, geomean
-from sandbox.contract.rules import sign_test_rank
+from sandbox.contract.rules import median_bounds
 
 FAST_PS = (0.0, 1.0, 1.5, 2.0)
 CI_SEED = 0
@@ -76,14 +76,13 @@ def median_ci(samples: Sequence[float], confidence: float = 0.95) -> Interval | 
     """The median of ``samples`` and a distribution-free interval on it: the order
     statistics ``x_(n+1-k)``, ``x_(k)`` with ``k`` from the sign test at (1-confidence)/2
     on each side (:func:`sandbox.contract.rules.sign_test_rank`)."""
-    xs = sorted(float(x) for x in samples)
+    xs = [float(x) for x in samples]
     if not xs:
         return None
-    n = len(xs)
-    k = sign_test_rank(n, (1 - confidence) / 2)
-    if k is None or n + 1 - k > k:
-        return Interval(statistics.median(xs), None, None, n)
-    return Interval(statistics.median(xs), xs[n - k], xs[k - 1], n)
+    bounds = median_bounds(xs, confidence)
+    if bounds is None:
+        return Interval(statistics.median(xs), None, None, len(xs))
+    return Interval(statistics.median(xs), bounds[0], bounds[1], len(xs))
 
 
 def _side_time(t: Any) -> Interval | None:
@@ -96,6 +95,11 @@ def _side_time(t: Any) -> Interval | None:
         if ci is not None:  # the report's median is the judge's; keep it, with the interval
             return Interval(float(t["median_ms"]), ci.low, ci.high, ci.n)
     n = t.get("samples")
+    kept = clocks.get("median_ci_ms") if isinstance(clocks, dict) else None
+    if isinstance(kept, list) and len(kept) == 2 and all(isinstance(x, int | float) for x in kept):
+        # a candidate's copy: the samples withheld, the interval kept coarse (report/withhold)
+        return Interval(float(t["median_ms"]), float(kept[0]), float(kept[1]),
+                        n if isinstance(n, int) else 0)
     return Interval(float(t["median_ms"]), None, None, n if isinstance(n, int) else 0)
 
 

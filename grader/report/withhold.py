@@ -40,6 +40,7 @@ from grader.report.model import (
     SandboxInfo,
     TimingStats,
 )
+from sandbox.contract.rules import median_bounds
 
 __all__ = ["REASON", "TIME_DIGITS", "Marked", "coarse", "marked", "withhold"]
 
@@ -111,8 +112,13 @@ def _timing(t: TimingStats, name: str, out: dict[str, str]) -> TimingStats:
         if getattr(t, k) != empty:
             out[f"{name}.{k}"] = REASON
     out[f"{name}.median_ms"] = COARSE.format(TIME_DIGITS)
+    # The median's 95% interval (two order statistics of the samples) stays, as coarse as the
+    # median: a board ranks on it, and it carries no more than two more such figures.
+    bounds = median_bounds(t.clocks.get("samples_ms", []))
+    kept = {"median_ci_ms": [float(coarse(b) or 0.0) for b in bounds]} if bounds is not None else \
+        {k: v for k, v in t.clocks.items() if k == "median_ci_ms"}  # a copy redacted again
     return t.model_copy(update={
-        "median_ms": median, **{k: None for k in _STATS}, "clocks": {}, "escape": {},
+        "median_ms": median, **{k: None for k in _STATS}, "clocks": kept, "escape": {},
         "device_state": [], "unmeasured": unmeasured,
         # Both are the cost model over the median: no more than the median carries.
         "bandwidth_gbps": None if t.bandwidth_gbps is None else coarse(t.bandwidth_gbps / scale),

@@ -132,3 +132,15 @@ def rule_accepts(t_cur: Sequence[float], t_cand: Sequence[float], *, rule: str, 
     return controlled_rule(t_cur, t_cand, delta=min_improvement_fraction, alpha=alpha, looks=looks,
                            min_pairs=min_pairs, point_margin=rule == "gain",
                            offset_ms=offset_ms).accepted
+
+
+def median_bounds(samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free interval on the median of ``samples``: the order statistics
+    ``x_(n+1-k)``, ``x_(k)`` with ``k`` from the sign test at (1-confidence)/2 on each side;
+    None where there are too few samples for one."""
+    xs = sorted(float(x) for x in samples)
+    n = len(xs)
+    k = sign_test_rank(n, (1 - confidence) / 2) if n else None
+    if k is None or n + 1 - k > k:
+        return None
+    return xs[n - k], xs[k - 1]
