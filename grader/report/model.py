@@ -21,7 +21,7 @@ from grader.diagnostics.models import Diagnostics
 from grader.limits import LimitName, Limits
 from sandbox.contract import codes
 
-SCHEMA_VERSION = "2.1"  # 2.1: taint, withheld, ReportError.after_hidden
+SCHEMA_VERSION = "2.2"  # 2.2: TimingStats.requested_calls; 2.1: taint, withheld, ReportError.after_hidden
 
 Stage = Literal["scan", "sandbox", "compile", "correctness", "benchmark", "accept", "integrity"]
 STAGE_ORDER: tuple[Stage, ...] = ("scan", "sandbox", "compile", "correctness", "benchmark", "accept",
@@ -132,6 +132,11 @@ class TimingStats(_Model):
                          "starts and host launch latency is not timed.")
     dims: dict[str, int] = Field(default_factory=dict)
     checked_calls: int = 0
+    requested_calls: int | None = Field(
+        None, description="The timed calls the task's protocol asks for (samples x reps); more "
+                          "than `samples` when the stage's budget would have run out first and "
+                          "the stage ended with the samples it had (a wider interval, never a "
+                          "timeout of the kernel). None in reports of older harnesses.")
     check_policy: str = "all"
     flagged_samples: int = 0
     roofline_floor_ms: float | None = None

@@ -32,7 +32,7 @@ from sandbox.contract.wire_timing import AcceptanceRecord as AcceptanceRecord
 from sandbox.contract.wire_timing import PairsRecord as PairsRecord
 from sandbox.contract.wire_timing import TimingRecord as TimingRecord
 
-WIRE_VERSION = 3  # 3: Record.taint and ErrorWire.after_hidden (the judge's taint by time)
+WIRE_VERSION = 4  # 4: TimingRecord.requested_calls (a benchmark stage cut by its budget)
 
 # ---- the fixed layout every backend provides ------------------------------------------
 HARNESS_MOUNT = "/kg/harness"

@@ -36,6 +36,9 @@ class TimingRecord:
     wait_ms: tuple[float, ...] = ()
     noop_wait_ms: tuple[float, ...] = ()
     launch_lead_us: float = 0.0  # device time queued ahead of each start event (CUDA)
+    # The timed calls the task's protocol asked for (samples x reps): more than ``n`` when
+    # the stage's budget would have run out first and the stage ended with what it had.
+    requested_calls: int = 0
 
 
 @dataclass(frozen=True)

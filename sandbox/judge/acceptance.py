@@ -17,7 +17,7 @@ from sandbox.contract import rules, stats
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import AcceptanceRecord, AcceptanceWire, PairsRecord
 from sandbox.judge import gpu_idle
-from sandbox.judge.benchmark import ESCAPE_MIN_CALLS, ESCAPE_MIN_CALLS_CPU, SideClock, warm_up
+from sandbox.judge.benchmark import ESCAPE_MIN_CALLS, ESCAPE_MIN_CALLS_CPU, SideClock, pace, warm_up
 from sandbox.judge.contention import held_outside
 from sandbox.judge.evaluation import Evaluation
 from sandbox.judge.gpu_idle import IdleProbe
@@ -96,9 +96,6 @@ def measure_pairs(ev: Evaluation, cand: Side, cur: Side, n_max: int, sequential:
 
 # Margin on the pair time when the judge asks whether the next pairs still fit.
 LOOK_TIME_MARGIN = 1.25
-# The pace follows a load that rises mid-run: the mean of the last pairs when it is slower
-# than the mean of them all.
-RECENT_PAIRS = 5
 # Pairs of room the judge keeps between looks: the pair it is about to start and one more.
 ROOM_PAIRS = 2
 
@@ -118,13 +115,6 @@ def blamed(e: StageFailure, by_current: bool) -> StageFailure:
     if e.error.code in OVERRUN_CODES and by in ("candidate", "current", "harness"):
         by_current = by == "current"
     return e.renamed("current_") if by_current else e
-
-
-def pace(pair_s: list[float]) -> float:
-    """Seconds one more pair is expected to take: the slower of the mean of every pair so
-    far and the mean of the last :data:`RECENT_PAIRS`."""
-    recent = pair_s[-RECENT_PAIRS:]
-    return max(sum(pair_s) / len(pair_s), sum(recent) / len(recent))
 
 
 def top_up_pairs(ev: Evaluation, n: int, k: int) -> float:

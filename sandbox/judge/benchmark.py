@@ -28,6 +28,15 @@ ESCAPE_MIN_CALLS = 40
 # an honest reference's round trips exceed its empty calls' by 2.16 ms, over the 2 ms budget.
 ESCAPE_MIN_CALLS_CPU = 10
 
+# Margin on a call's time when the judge asks whether more timed calls still fit in the
+# stage's budget, and how many calls of room it keeps (the one it is about to start and one
+# more); the same figures the acceptance stage keeps between its looks.
+BUDGET_MARGIN = 1.25
+ROOM_CALLS = 2
+# The pace follows a load that rises mid-run: the mean of the last calls when it is slower
+# than the mean of them all.
+RECENT_CALLS = 5
+
 
 class SideClock:
     """One side's timed calls and interleaved empty calls, and the times they support."""
@@ -164,6 +173,27 @@ class SideClock:
         return esc
 
 
+def pace(seconds: list[float], recent: int = RECENT_CALLS) -> float:
+    """Seconds one more call (or pair) is expected to take: the slower of the mean of all so
+    far and the mean of the last ``recent``."""
+    last = seconds[-recent:]
+    return max(sum(seconds) / len(seconds), sum(last) / len(last))
+
+
+def room_for_more(ev: Evaluation, done: int, least: int, call_s: list[float]) -> bool:
+    """Whether the benchmark stage takes another timed call after ``done`` of them: always
+    below ``least`` (the escape check's minimum: without it there is no time to give, and a
+    stage that cannot hold that many is a timeout, blamed by its clock as before); above,
+    only while what is left of the stage's ``run_s`` holds :data:`ROOM_CALLS` more at the
+    :func:`pace` of a call (timed call, its check and its empty call), with
+    :data:`BUDGET_MARGIN`. The stop depends on the clock, never on the times measured, and
+    both sides of a comparison are timed by the same rule, so a loaded host gives a time on
+    fewer samples (a wider interval) where it gave a timeout blamed on an honest kernel."""
+    if done < least or not call_s:
+        return True
+    return ev.left(ev.run_deadline) >= pace(call_s) * BUDGET_MARGIN * ROOM_CALLS
+
+
 def warm_up(ev: Evaluation, sides: list[Side], slots: list[Slot], stage: ErrorStage) -> None:
     """Discarded checked calls (interleaved across sides) by count and by time. The sides'
     first calls (the JIT compile of a fresh runner) run at once."""
@@ -190,13 +220,26 @@ def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
     nvml, why_not = open_nvml(ev.dev)
     blocks: list[dict[str, Any]] = []
     checked = 0
-    for i in range(b.samples * b.reps):
+    want = b.samples * b.reps
+    least = min(want, ESCAPE_MIN_CALLS if ev.dev == "cuda" else ESCAPE_MIN_CALLS_CPU)
+    call_s: list[float] = []
+    for i in range(want):
+        if not room_for_more(ev, i, least, call_s):
+            # No measured figure in the text (a candidate's copy keeps warnings): the count
+            # is the one figure the cut adds (docs/security-review.md).
+            ev.warnings.append(
+                f"benchmark: timed {i} of the {want} calls the task asks for: the stage's "
+                f"{ev.req.limits.run_s:.0f} s budget would have run out first, so the time rests "
+                "on fewer samples (a wider interval); a quieter host takes them all")
+            break
+        t_call = time.monotonic()
         if nvml is not None and i % b.reps == 0:
             blocks.append({"first_sample": i, **nvml.sample()})
         check = frac >= 1.0 or ev.rng.random() < frac
         r = ev.timed(side, slots, check, "benchmark")
         checked += int(check)
         clock.add(r)
+        call_s.append(time.monotonic() - t_call)
     clock.top_up(slots)
     esc = clock.raise_if_escaped()
     samples = clock.samples()
@@ -218,6 +261,7 @@ def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
         flagged_samples=int(esc["flagged"]),
         overhead_budget_ms=float(esc["budget_ms"]), checked_calls=checked,
         check_policy="all" if frac >= 1.0 else f"random {frac:.0%} (judge-chosen)",
+        requested_calls=want,
         cache=b.cache, flush_bytes=side.flush_bytes, launch_lead_us=side.lead_us, dims=dict(dims),
         clock="cuda_event" if ev.dev == "cuda" else "perf_counter", mode=mode,
         device_state=tuple(blocks), device_state_unmeasured=why_not or None,
