@@ -161,6 +161,13 @@ class BenchmarkSpec(_Frozen):
     flush_mib: int | None = Field(None, ge=1, description="Cold-cache flush buffer; None: from device.")
     cuda_graph: bool = Field(False, description="Time by CUDA-graph replay (tiny calls only).")
     allow_tf32: bool = Field(False, description="Pinned torch TF32 flags for every side.")
+    stop_noise: float | None = Field(
+        None, gt=0, lt=1,
+        description="A noise-based stopping rule (nvbench's relative-noise criterion) in place "
+                    "of the fixed count: the benchmark stage ends once the median's 95% "
+                    "interval lies within +/- this fraction of the median (after at least the "
+                    "escape check's minimum of calls), and takes at most samples x reps calls. "
+                    "Paired acceptance timing keeps the declared counts.")
 
 
 class CostModel(_Frozen):
@@ -350,7 +357,7 @@ class TaskSpec(_Frozen):
             benchmark=wire.BenchmarkWire(
                 warmup=b.warmup, warmup_ms=b.warmup_ms, samples=b.samples, reps=b.reps,
                 cache=b.cache, flush_mib=b.flush_mib, cuda_graph=b.cuda_graph,
-                allow_tf32=b.allow_tf32),
+                allow_tf32=b.allow_tf32, stop_noise=b.stop_noise),
             acceptance=self.acceptance.to_wire(), audit_ops=audit_ops)
 
 

@@ -137,6 +137,10 @@ class TimingStats(_Model):
                           "than `samples` when the stage's budget would have run out first and "
                           "the stage ended with the samples it had (a wider interval, never a "
                           "timeout of the kernel). None in reports of older harnesses.")
+    stopped_by: Literal["count", "budget", "noise"] | None = Field(
+        None, description="What ended the timed calls: the declared count, the stage's budget "
+                          "(fewer samples, a warning says so), or the task's noise-based "
+                          "stopping rule (`benchmark.stop_noise`). None in older reports.")
     check_policy: str = "all"
     flagged_samples: int = 0
     roofline_floor_ms: float | None = None

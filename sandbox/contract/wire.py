@@ -32,7 +32,7 @@ from sandbox.contract.wire_timing import AcceptanceRecord as AcceptanceRecord
 from sandbox.contract.wire_timing import PairsRecord as PairsRecord
 from sandbox.contract.wire_timing import TimingRecord as TimingRecord
 
-WIRE_VERSION = 4  # 4: TimingRecord.requested_calls (a benchmark stage cut by its budget)
+WIRE_VERSION = 4  # 4: TimingRecord.requested_calls/stopped_by, BenchmarkWire.stop_noise
 
 # ---- the fixed layout every backend provides ------------------------------------------
 HARNESS_MOUNT = "/kg/harness"
@@ -108,6 +108,7 @@ class BenchmarkWire:
     flush_mib: int | None
     cuda_graph: bool
     allow_tf32: bool
+    stop_noise: float | None = None  # end once the median's 95% interval is within +/- this
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class TimingRecord:
     # The timed calls the task's protocol asked for (samples x reps): more than ``n`` when
     # the stage's budget would have run out first and the stage ended with what it had.
     requested_calls: int = 0
+    # What ended the timed calls: the declared count, the stage's budget, or the task's
+    # noise-based stopping rule (BenchmarkWire.stop_noise).
+    stopped_by: Literal["count", "budget", "noise"] = "count"
 
 
 @dataclass(frozen=True)

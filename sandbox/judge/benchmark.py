@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from sandbox.contract import stats
 from sandbox.contract.failure import StageFailure
+from sandbox.contract.rules import median_bounds
 from sandbox.contract.wire import ErrorStage, TimingRecord
 from sandbox.judge.contention import contention
 from sandbox.judge.device import open_nvml
@@ -194,6 +195,21 @@ def room_for_more(ev: Evaluation, done: int, least: int, call_s: list[float]) ->
     return ev.left(ev.run_deadline) >= pace(call_s) * BUDGET_MARGIN * ROOM_CALLS
 
 
+def quiet_enough(clock: SideClock, rel: float) -> bool:
+    """The task's noise-based stopping rule: the median's distribution-free 95% interval
+    (:func:`sandbox.contract.rules.median_bounds`) lies within +/- ``rel`` of the median. A
+    time the clock cannot give yet (most calls inside the empty calls' noise) is not quiet."""
+    try:
+        xs = clock.samples()
+    except StageFailure:
+        return False
+    bounds = median_bounds(xs)
+    if bounds is None:
+        return False
+    med = stats.median(xs)
+    return med > 0 and (bounds[1] - bounds[0]) / 2 <= rel * med
+
+
 def warm_up(ev: Evaluation, sides: list[Side], slots: list[Slot], stage: ErrorStage) -> None:
     """Discarded checked calls (interleaved across sides) by count and by time. The sides'
     first calls (the JIT compile of a fresh runner) run at once."""
@@ -223,8 +239,13 @@ def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
     want = b.samples * b.reps
     least = min(want, ESCAPE_MIN_CALLS if ev.dev == "cuda" else ESCAPE_MIN_CALLS_CPU)
     call_s: list[float] = []
+    stopped_by: Literal["count", "budget", "noise"] = "count"
     for i in range(want):
+        if i >= least and b.stop_noise is not None and quiet_enough(clock, b.stop_noise):
+            stopped_by = "noise"
+            break
         if not room_for_more(ev, i, least, call_s):
+            stopped_by = "budget"
             # No measured figure in the text (a candidate's copy keeps warnings): the count
             # is the one figure the cut adds (docs/security-review.md).
             ev.warnings.append(
@@ -261,7 +282,7 @@ def benchmark_stage(ev: Evaluation, side: Side) -> TimingRecord:
         flagged_samples=int(esc["flagged"]),
         overhead_budget_ms=float(esc["budget_ms"]), checked_calls=checked,
         check_policy="all" if frac >= 1.0 else f"random {frac:.0%} (judge-chosen)",
-        requested_calls=want,
+        requested_calls=want, stopped_by=stopped_by,
         cache=b.cache, flush_bytes=side.flush_bytes, launch_lead_us=side.lead_us, dims=dict(dims),
         clock="cuda_event" if ev.dev == "cuda" else "perf_counter", mode=mode,
         device_state=tuple(blocks), device_state_unmeasured=why_not or None,

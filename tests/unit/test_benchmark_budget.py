@@ -28,7 +28,8 @@ class Clock:
 
 
 def _ev(budget_s: float, call_s: float, samples: int, reps: int = 1,
-        clock: Clock | None = None) -> Any:
+        clock: Clock | None = None, stop_noise: float | None = None,
+        times: list[float] | None = None) -> Any:
     clk = clock or Clock()
 
     def timed(side: Any, slots: Any, check: bool, stage: str, inputs: Any = None,
@@ -38,11 +39,12 @@ def _ev(budget_s: float, call_s: float, samples: int, reps: int = 1,
         clk.calls += 1
         late = clk.slow_after is not None and clk.calls > clk.slow_after
         clk.now += call_s * (clk.slow if late else 1.0)
-        return {"ms": 5.0, "judge_ms": 6.0, "tail_ms": 0.0, "wait_ms": 0.0, "threads": 1,
+        ms = times[clk.calls % len(times)] if times else 5.0
+        return {"ms": ms, "judge_ms": ms + 1.0, "tail_ms": 0.0, "wait_ms": 0.0, "threads": 1,
                 "host_ms": (0.0, 0.0)}
 
     bench = SimpleNamespace(warmup=1, warmup_ms=0.0, samples=samples, reps=reps, cache="cold",
-                            cuda_graph=False)
+                            cuda_graph=False, stop_noise=stop_noise)
     return SimpleNamespace(
         task=SimpleNamespace(benchmark=bench, correctness=SimpleNamespace(timed_check_fraction=1.0)),
         req=SimpleNamespace(floor_ms=None, limits=SimpleNamespace(run_s=budget_s)),
@@ -62,6 +64,7 @@ def test_a_stage_that_fits_takes_every_declared_call(monkeypatch: pytest.MonkeyP
     ev = _ev(budget_s=100.0, call_s=1.0, samples=20)
     rec = _run(ev, monkeypatch)
     assert rec.n == 20 and rec.requested_calls == 20 and ev.warnings == []
+    assert rec.stopped_by == "count"
 
 
 def test_out_of_budget_the_stage_ends_with_its_calls_and_says_so(
@@ -72,7 +75,7 @@ def test_out_of_budget_the_stage_ends_with_its_calls_and_says_so(
     assert ev.clock.now <= 100.0  # never past the budget: no timeout
     assert rec.n >= 95  # it used the budget: 2 calls of room at 1.25x
     assert len(ev.warnings) == 1 and f"timed {rec.n} of the 125 calls" in ev.warnings[0]
-    assert "wider interval" in ev.warnings[0]
+    assert "wider interval" in ev.warnings[0] and rec.stopped_by == "budget"
 
 
 def test_a_load_that_rises_mid_stage_still_ends_inside_the_budget(
@@ -100,3 +103,18 @@ def test_room_for_more_below_the_minimum_always_and_above_it_by_the_clock() -> N
     ev.clock.now = 3.0  # 7 s left: room for calls at the mean's pace (0.8 s), not the recent 3 s
     assert room_for_more(ev, 20, 10, [0.1] * 15 + [0.1] * 5)
     assert not room_for_more(ev, 20, 10, [0.1] * 15 + [3.0] * 5)
+
+
+def test_a_noise_rule_ends_a_quiet_stage_at_the_minimum(monkeypatch: pytest.MonkeyPatch) -> None:
+    ev = _ev(budget_s=1000.0, call_s=1.0, samples=100, stop_noise=0.01,
+             times=[5.0, 5.01, 4.99, 5.0])
+    rec = _run(ev, monkeypatch)
+    assert rec.n == ESCAPE_MIN_CALLS_CPU and rec.stopped_by == "noise"
+    assert rec.requested_calls == 100 and ev.warnings == []
+
+
+def test_a_noise_rule_takes_every_call_while_the_interval_stays_wide(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    ev = _ev(budget_s=1000.0, call_s=1.0, samples=60, stop_noise=0.01, times=[1.0, 9.0])
+    rec = _run(ev, monkeypatch)
+    assert rec.n == 60 and rec.stopped_by == "count"
