@@ -18,6 +18,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from grader import __version__
+from grader import builds as build_cache
 from grader.backends.base import SandboxBackend, SandboxOutcome
 from grader.backends.cleanup import free_bytes
 from grader.backends.gate import MeasureGate
@@ -85,6 +86,9 @@ class EvalRequest(BaseModel):
                           "tool or else memcheck; None: the task's `sanitize`.")
     shape_seed: int | None = Field(None, description="Seed of a generated task's shape draw (a "
                                    "leaderboard secret); None: a fresh secret per evaluation.")
+    build_cache: bool = Field(True, description="Load and keep each source's builds "
+                              "(grader.builds); off for a replay, where a source's kept files "
+                              "could hold answers to the very seeds it is graded on again.")
     gate: MeasureGate | None = Field(None, description="The device's measurement gate: the "
                                      "sandbox prepares, then waits for its turn before it "
                                      "touches the device (grader.backends.gate).")
@@ -126,7 +130,8 @@ def judge_request(req: EvalRequest, device: wire.Device, floor: float | None) ->
         stages=req.stages, shape_kinds=req.shape_kinds, floor_ms=floor,
         trusted_candidate=req.candidate_trusted,
         trusted_current=req.current is not None and req.current_trusted,
-        sanitize=sanitize_request(req.sanitize, req.task.sanitize), gated=req.gate is not None)
+        sanitize=sanitize_request(req.sanitize, req.task.sanitize), gated=req.gate is not None,
+        builds=req.build_cache and build_cache.cache_root() is not None)
 
 
 def screen(req: EvalRequest, spec: TaskSpec) -> tuple[Report, float]:

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader import builds as build_cache
 from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
 from grader.backends.cleanup import disk_full, mark_kept, mark_owner, require_room, temp_base
 from grader.backends.gate import MeasureGate, Turn, make_fifo
@@ -108,6 +109,9 @@ def seal_inputs(in_dir: Path) -> None:
             f"{wire.JUDGE_UID} alone: otherwise every runner could read every side's source")
     try:
         for p in in_dir.iterdir():
+            if p.is_dir() and not p.is_symlink():  # the sources' builds (grader.builds)
+                _seal_tree(p)
+                continue
             os.chown(p, wire.JUDGE_UID, wire.JUDGE_GID, follow_symlinks=False)
             p.chmod(0o400)
         os.chown(in_dir, wire.JUDGE_UID, wire.JUDGE_GID, follow_symlinks=False)
@@ -115,6 +119,23 @@ def seal_inputs(in_dir: Path) -> None:
     except OSError as e:
         raise InfrastructureError(f"cannot stage the sources in {in_dir} for the judge's uid "
                                   f"{wire.JUDGE_UID} alone: {e}") from None
+
+
+def _seal_tree(top: Path) -> None:
+    """A staged folder the judge's alone: folders 0500, files 0400, owned by its uid."""
+    for folder, dirs, files in os.walk(top, topdown=False, followlinks=False):
+        for name in files:
+            path = os.path.join(folder, name)
+            os.chown(path, wire.JUDGE_UID, wire.JUDGE_GID, follow_symlinks=False)
+            if not os.path.islink(path):
+                os.chmod(path, 0o400)
+        for name in dirs:
+            path = os.path.join(folder, name)
+            os.chown(path, wire.JUDGE_UID, wire.JUDGE_GID, follow_symlinks=False)
+            if not os.path.islink(path):
+                os.chmod(path, 0o500)
+    os.chown(top, wire.JUDGE_UID, wire.JUDGE_GID, follow_symlinks=False)
+    top.chmod(0o500)
 
 
 def write_secret(out_dir: Path, request: wire.JudgeRequest) -> None:
@@ -144,7 +165,7 @@ def resolve_device(device: str) -> wire.Device:
 
 def stage(request: wire.JudgeRequest, files: Mapping[str, str], limits: Limits, *,
           work_dir: Path | None = None, prefix: str = "kgrader-eval-",
-          gated: bool = False) -> Staged:
+          gated: bool = False, builds: Mapping[str, str] | None = None) -> Staged:
     """Stage one judge call: ``files`` sealed in ``in/``, the secret in ``out/``.
 
     ``request`` carries no key: a fresh one is made here, and its limits and ``gated`` are
@@ -155,6 +176,8 @@ def stage(request: wire.JudgeRequest, files: Mapping[str, str], limits: Limits, 
     try:
         for name, text in files.items():
             (in_dir / name).write_text(text, encoding="utf-8")
+        if builds:  # each source's kept builds (grader.builds), its own alone
+            build_cache.stage(in_dir, builds, build_cache.cache_root())
         seal_inputs(in_dir)
         key = secrets.token_bytes(32)
         write_secret(out_dir, dataclasses.replace(request, key=key.hex(), gated=gated,
@@ -202,11 +225,16 @@ def judge_run(request: wire.JudgeRequest, files: Mapping[str, str], backend: San
               limits: Limits, *, gpu_ids: tuple[str, ...] = (), gate: MeasureGate | None = None,
               work_dir: Path | None = None, prefix: str = "kgrader-eval-",
               keep: bool = False) -> Iterator[JudgeRun]:
-    """Stage, launch and yield the finished run; the folder goes when the block ends."""
+    """Stage, launch and yield the finished run; the folder goes when the block ends. With
+    ``request.builds``, each source's kept builds are staged in and what its runners built
+    is kept afterwards (:mod:`grader.builds`)."""
+    keys = build_cache.plan(files, build_cache.environment(backend.name, request.device)) \
+        if request.builds else {}
     staged = stage(request, files, limits, work_dir=work_dir, prefix=prefix,
-                   gated=gate is not None)
+                   gated=gate is not None, builds=keys)
     try:
         yield launch(staged, backend, limits, request.device, gpu_ids=gpu_ids, gate=gate)
+        build_cache.keep(staged.out_dir, keys, build_cache.cache_root())
     finally:
         discard(staged, keep=keep)
 

@@ -1,4 +1,5 @@
-"""Suite-wide settings: nothing a test grades may reach the user's own experience store."""
+"""Suite-wide settings: nothing a test grades may reach the user's own experience store or
+build cache."""
 
 from __future__ import annotations
 
@@ -14,3 +15,9 @@ if "KGRADER_EXPERIENCE" not in os.environ:
     os.environ["KGRADER_EXPERIENCE"] = os.path.join(_store, "experience.sqlite")
     # The suite's own store goes with the session (every run used to leave one in /tmp).
     atexit.register(shutil.rmtree, _store, ignore_errors=True)
+
+# The build cache (grader.builds) likewise: the suite's own, gone with the session.
+if "KGRADER_BUILD_CACHE" not in os.environ:
+    _builds = tempfile.mkdtemp(prefix="kgrader-test-builds-")
+    os.environ["KGRADER_BUILD_CACHE"] = _builds
+    atexit.register(shutil.rmtree, _builds, ignore_errors=True)

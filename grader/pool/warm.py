@@ -26,6 +26,7 @@ from typing import Any
 
 import structlog
 
+from grader import builds as build_cache
 from grader.backends.base import SandboxBackend
 from grader.backends.gate import MeasureGate
 from grader.backends.select import select_backend
@@ -45,7 +46,8 @@ log = structlog.get_logger("kgrader.pool")
 # best's text, the scan's policy and whether to keep the folder may differ per request.
 TEMPLATE_FIELDS = frozenset({
     "task", "reference", "current_trusted", "candidate_trusted", "limits", "backend",
-    "device", "gpu_ids", "stages", "shape_kinds", "peaks", "sanitize", "shape_seed"})
+    "device", "gpu_ids", "stages", "shape_kinds", "peaks", "sanitize", "shape_seed",
+    "build_cache"})
 
 
 def template_key(req: EvalRequest) -> str:
@@ -74,6 +76,8 @@ class WarmSandbox:
         request = dataclasses.replace(
             judge_request(template.model_copy(update={"task": self.spec}), self.device, floor),
             warm=True)
+        self.builds = request.builds  # each source's kept builds (grader.builds)
+        self._build_keys: dict[str, str] = {}
         self.staged = stage(request, {}, limits, work_dir=template.work_dir,
                             prefix="kgrader-warm-", gated=True)
         self.turn = WarmTurn(self.staged.out_dir / wire.GATE_NAME, gate,
@@ -168,6 +172,7 @@ class WarmSandbox:
                 report.sandbox.phases = frame_phases(report.sandbox.phases, launched,
                                                      time.time(), scan_s)
                 report.sandbox.phases["warm_idle"] = round(self._idle_s(), 4)
+            build_cache.keep(self.staged.out_dir, self._build_keys, build_cache.cache_root())
             return report
         finally:
             discard(self.staged, keep=req.keep)
@@ -181,7 +186,12 @@ class WarmSandbox:
         """The sources into ``in/``: created exclusively, never through a link, then sealed
         for the judge's uid alone (as a cold evaluation stages them)."""
         in_dir: Path = self.staged.in_dir
-        for name, text in sources(req).items():
+        files = sources(req)
+        if self.builds:
+            self._build_keys = build_cache.plan(
+                files, build_cache.environment(self.backend.name, self.device))
+            build_cache.stage(in_dir, self._build_keys, build_cache.cache_root())
+        for name, text in files.items():
             fd = os.open(in_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
                          0o400)
             with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -41,6 +41,7 @@ OUT_MOUNT = "/kg/out"
 SCRATCH_MOUNT = "/tmp"
 RESULT_NAME = "result.json"
 SECRET_NAME = ".judge-secret.json"
+BUILDS_NAME = "builds"  # in /kg/in and /kg/out: each source's builds (grader.builds)
 GATE_NAME = ".gate"  # the measurement gate's FIFO (grader.backends.gate), read once, unlinked
 TETHER_ENV = "KGRADER_TETHER"  # "stdin": the host holds it open (sandbox.judge.main.tether)
 EXIT_HOST_GONE = 75  # the judge's exit status when its tether closed (no record written)
@@ -207,6 +208,9 @@ class JudgeRequest:
     # A warm sandbox (grader.pool): the candidate is staged into /kg/in only when the host
     # opens the gate; runners start ahead without their module and get it at the grant.
     warm: bool = False
+    # The host keeps each source's builds (grader.builds): closing runners copy what they
+    # built to /kg/out/builds/<source name>/ (sandbox.launcher.builds).
+    builds: bool = False
 
 
 # ---- judge -> host -------------------------------------------------------------------

@@ -24,6 +24,7 @@ _STARTED = (time.time(), time.monotonic())
 
 from sandbox.contract.failure import infrastructure
 from sandbox.contract.wire import (
+    BUILDS_NAME,
     EXIT_HOST_GONE,
     GATE_NAME,
     RESULT_NAME,
@@ -37,7 +38,7 @@ from sandbox.contract.wire import (
     dumps,
     request_from_json,
 )
-from sandbox.launcher import harden
+from sandbox.launcher import builds, harden
 
 OUT = os.environ.get("KGRADER_OUT", "/kg/out")
 SECRET = os.path.join(OUT, SECRET_NAME)
@@ -159,6 +160,7 @@ def main() -> int:
     # The secret is gone: start the runners now, so they import torch while the judge does.
     from sandbox.judge import prestart
 
+    builds.configure(req.builds)  # closing runners copy their builds out for the host
     prestart.start(req)
     # torch is imported only now, after the secret file is gone and the process is hardened.
     try:
@@ -195,6 +197,8 @@ def main() -> int:
         record = _error_record(req.device, _infra("judge_error",
                                                   "".join(traceback.format_exception(e))))
     planted = sorted(os.listdir(OUT))
+    if BUILDS_NAME in planted and builds.only_ours():  # the runners' builds, copied by the judge
+        planted.remove(BUILDS_NAME)
     if planted:
         # Only the judge may write here, and it has written nothing yet: anything present
         # was planted by a runner (a forged record, a blocking directory, a link).

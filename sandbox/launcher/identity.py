@@ -103,6 +103,9 @@ def as_file_owner(path: str) -> Iterator[None]:
         yield
 
 
+as_fs_identity = _as_fs_identity  # for sandbox.launcher.builds
+
+
 def _private_dir(uid: int, gid: int) -> str:
     """A fresh 0700 folder owned by the runner, at an unguessable name (no squatting)."""
     home = os.path.join(tempfile.gettempdir(), f"kgrader-runner-{uid}-{secrets.token_hex(8)}")

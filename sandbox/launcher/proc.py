@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandbox.contract import codes, text
-from sandbox.launcher import harden, identity, protocol
+from sandbox.launcher import builds, harden, identity, protocol
 
 
 @dataclass
@@ -161,6 +161,8 @@ class RunnerHandle:
             self.module = (os.path.join(self.identity.home, identity.MODULE_DIR,
                                         os.path.basename(module_path)) if deferred
                            else identity.install_module(self.identity, module_path))
+            if not deferred:
+                builds.restore(self.identity, module_path)  # this source's builds, if kept
             identity.prepare_fork()
         except (identity.IsolationUnavailable, OSError) as e:
             identity.remove_home(self.identity)
@@ -198,6 +200,7 @@ class RunnerHandle:
             self.close()
             raise RunnerFailure(identity.ISOLATION_CODE,
                                 f"the module was copied to {copy}, not {self.module}")
+        builds.restore(self.identity, path)  # this source's builds, if kept
         # Its start-up (torch's import) was off the evaluation's path: its phases count
         # from here, and figures it reports from before (import_s) are not shown as part.
         self.started = time.monotonic()
@@ -301,4 +304,7 @@ class RunnerHandle:
         self.sock.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+        if self._staged is None and self.answered:  # its module was in, and it ran
+            with contextlib.suppress(OSError, identity.IsolationUnavailable):
+                builds.export(self.identity, self.module)
         identity.remove_home(self.identity)  # its processes are dead: nothing writes there now

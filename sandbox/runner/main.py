@@ -26,6 +26,7 @@ from sandbox.contract.text import NAME_CAP, clean
 from sandbox.launcher import harden, protocol
 from sandbox.launcher.proc import runner_arg_parser
 from sandbox.problem.tensors import DTYPES
+from sandbox.runner import extcache
 from sandbox.runner.boundary import SealBroken
 from sandbox.runner.handlers import Dispositions
 from sandbox.runner.op_audit import AuditTampered, audited, report
@@ -383,6 +384,7 @@ def main() -> None:
     args = runner_arg_parser().parse_args()
     harden.lock_down_runner()  # own uid, no caps, seccomp: before the candidate is imported
     _PREPARE_S = prepare_triton(args.device)
+    extcache.install()  # load_inline keeps its builds for this source's next runners
     Runner(args).serve()
     sys.stdout.flush()
     os._exit(0)
