@@ -47,6 +47,7 @@ from grader.leaderboard.cells import (
     table,
     time_cell,
 )
+from grader.leaderboard.job import TIED
 from grader.leaderboard.plots import write_plots
 from grader.leaderboard.seeds import TaskPayload
 from grader.leaderboard.state import EvalRow, State
@@ -245,7 +246,7 @@ def _ranking_head(b: Board, top_k: object, selected: bool) -> str:
     if any(e.tied for e in b.ranked):
         note += (" Entries that share a rank are tied within noise: their re-run figures do "
                  "not separate them.")
-    if any(f.code == "tied_within_noise" for e in b.ranked for f in e.figures.values()):
+    if any(f.code == TIED for e in b.ranked for f in e.figures.values()):
         note += (" A task marked tied within noise was correct in the re-run, but the host's "
                  "timing could not separate it from the reference (no speed-up is claimed).")
     if b.none_faster:
