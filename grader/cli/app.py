@@ -161,13 +161,14 @@ def _register_all() -> None:
     from grader.cli import experience as cli_experience
     from grader.cli import leaderboard as cli_leaderboard
     from grader.cli import records as cli_records
+    from grader.cli import replay as cli_replay
     from grader.cli import scan as cli_scan
     from grader.cli import service as cli_service
     from grader.cli import tasks as cli_tasks
     from grader.cli import tools as cli_tools
 
     for mod in (cli_scan, cli_records, cli_docker, cli_tools, cli_leaderboard, cli_experience,
-                cli_diagnostics, cli_tasks, cli_service):
+                cli_diagnostics, cli_tasks, cli_service, cli_replay):
         mod.register(main)
 
 

@@ -59,6 +59,20 @@ def _run(as_json: bool = False, progress: bool = True, keep_going: bool = False,
     return doc
 
 
+def _demo_secret(out_dir: Path) -> Path:
+    """The demo's seed secret, kept in OUT_DIR (0600, made once): running the demo again
+    resumes its state on the same secret seeds."""
+    import os
+    import secrets
+
+    path = out_dir / "seed-secret"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+    return path
+
+
 def _engine_options(f: Any) -> Any:
     opts = [
         click.option("--state", type=click.Path(path_type=Path), default=Path("leaderboard.sqlite"),
@@ -165,7 +179,8 @@ def register(cli: click.Group) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         doc = _run(tasks=[EXAMPLES / t for t in DEMO_TASKS], submissions=subs, state=state,
                    workers=workers, engine="local", backend=backend, device=device,
-                   ray_address="auto", seed_secret=None, top_k=3, infra_retries=2,
+                   ray_address="auto", seed_secret=_demo_secret(out_dir), top_k=3,
+                   infra_retries=2,
                    as_json=as_json, progress=progress, keep_going=True)
         try:
             index = render_site(state, out_dir / "site")

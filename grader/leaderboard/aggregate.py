@@ -20,7 +20,9 @@ Definitions (each statistic carries its label on the page):
   honest answer.
 
 Ranking key: floored geomean, then fast_1, then geomean (None as 0). The published
-ranking holds only entries whose figures come from the independent ``rerun`` round.
+ranking holds only entries whose figures come from the independent ``rerun`` round;
+entries with equal keys share a rank ("tied within noise": :func:`assign_ranks`), e.g.
+when the re-run's timing could not separate them from the reference on a noisy host.
 When no entry beats the reference on any task, every floored geomean is exactly 1 and
 fast_1 is 0: the geomean over solved tasks decides, and the page says so.
 
@@ -180,6 +182,7 @@ class Entry:
     figures: dict[str, TaskFigure]
     stats: dict[str, Stat] = field(default_factory=dict)
     rank: int | None = None
+    tied: bool = False  # shares its rank: the figures cannot separate it from another entry
 
     @property
     def correct_count(self) -> int:
@@ -293,6 +296,19 @@ def entries(rows: Sequence[EvalRow], submissions: Mapping[str, Mapping[str, str]
     return out
 
 
+def assign_ranks(ranked: list[Entry]) -> None:
+    """Competition ranks (1, 1, 3, ...) over ``ranked`` (best first): entries whose ranking
+    key is equal share a rank and are marked ``tied`` -- a re-run whose timing could not
+    separate them (each task ``tied_within_noise``, or none faster than the reference) gives
+    a tie, never a missing ranking."""
+    for i, e in enumerate(ranked):
+        prev = ranked[i - 1] if i else None
+        if prev is not None and prev.sort_key() == e.sort_key():
+            e.rank, e.tied, prev.tied = prev.rank, True, True
+        else:
+            e.rank = i + 1
+
+
 def select_top(rows: Sequence[EvalRow], submissions: Mapping[str, Mapping[str, str]],
                tasks: Sequence[str], k: int) -> list[str]:
     """The K best by the ``main`` round (the selection measurement), with at least one solve."""
@@ -375,8 +391,7 @@ def board(rows: Sequence[EvalRow], submissions: Mapping[str, Mapping[str, str]],
     Pending: each evaluation of a valid, not disqualified submission that its round still
     lacks, with ``infra``'s reason where one is known (:data:`INFRA_META`)."""
     ranked = entries(rows, {s: submissions[s] for s in top if s in submissions}, tasks, "rerun")
-    for i, e in enumerate(ranked, 1):
-        e.rank = i
+    assign_ranks(ranked)
     done = {e.submission for e in ranked}
     unranked = [e for e in entries(rows, submissions, tasks, "main") if e.submission not in done]
     dq = disqualified(rows)

@@ -74,9 +74,11 @@ class JobOutcome:
 
 
 def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local",
-            gate: MeasureGate | None = None) -> JobOutcome:
+            gate: MeasureGate | None = None, tie_ok: bool = False) -> JobOutcome:
     """Evaluate one job; never raises (a kgrader or machine fault becomes ``infra_error``).
-    ``gate``: the GPU's measurement gate when evaluations prepare ahead (engine.py)."""
+    ``gate``: the GPU's measurement gate when evaluations prepare ahead (engine.py).
+    ``tie_ok``: a correct evaluation the host could not time is a result ("tied within
+    noise") in any round, as a re-run's always is (a replay checks the verdict)."""
     t0 = time.monotonic()
     try:
         spec = TaskSpec.model_validate_json(job.task.task_json)
@@ -106,9 +108,11 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local",
     except Exception as e:  # a kgrader bug must not end the batch
         return JobOutcome(None, f"internal error: {type(e).__name__}: {e}")
     infra = [e for e in report.errors if e.origin == "infrastructure"]
-    if infra:
+    tied = (job.round == "rerun" or tie_ok) and tied_within_noise(report)
+    if infra and not tied:
         return JobOutcome(None, f"{infra[0].code}: {infra[0].message}")
-    verdict, stage, code, message, speedup, src = classify(report)
+    verdict, stage, code, message, speedup, src = classify_rerun(report) if tied \
+        else classify(report)
     t_sub = report.timing.median_ms if report.timing else None
     report_json = json.dumps(redact_seeds(json.loads(report.model_dump_json()), job.task.seeds))
     return JobOutcome(_row(job, verdict, stage, code, message, speedup, src, t_sub, report_json,
@@ -151,6 +155,27 @@ def classify(report: Report) -> tuple[str, str | None, str | None, str, float | 
     if r is not None and r < 1:
         return "ok", report.stage, None, "correct", 1.0 / (1.0 - r), "pairs"
     return "ok", report.stage, None, "correct (speed-up unmeasured)", None, None
+
+
+TIED = "tied_within_noise"
+
+
+def tied_within_noise(report: Report) -> bool:
+    """Correct, and the timing could not separate it from the reference on this host: every
+    error is the infrastructure's ``timing_unreliable`` (a loaded or noisy host), after
+    correctness passed. A re-run ends there: the entry is correct and its speed-up is
+    "tied within noise" (ranked as tied, never left out of the ranking)."""
+    return (bool(report.errors) and all(e.origin == "infrastructure"
+                                        and e.code == "timing_unreliable" for e in report.errors)
+            and report.correctness is not None and report.correctness.passed)
+
+
+def classify_rerun(report: Report) -> tuple[str, str | None, str | None, str, float | None,
+                                             str | None]:
+    """:func:`classify` for a re-run that :func:`tied_within_noise`: correct, no speed-up."""
+    e = report.errors[0]
+    return ("ok", e.stage, TIED, "correct; tied within noise: the re-run's timing could not "
+            f"separate it from the reference on this host ({e.message[:300]})", None, None)
 
 
 def redact_seeds(obj: Any, seeds: tuple[int, ...]) -> Any:

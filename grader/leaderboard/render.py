@@ -47,6 +47,7 @@ from grader.leaderboard.cells import (
     table,
     time_cell,
 )
+from grader.leaderboard.job import TIED
 from grader.leaderboard.plots import write_plots
 from grader.leaderboard.seeds import TaskPayload
 from grader.leaderboard.state import EvalRow, State
@@ -89,6 +90,8 @@ def _ranking_rows(entries: Sequence[Entry], n_tasks: int) -> list[str]:
     rows = []
     for e in entries:
         rank = str(e.rank) if e.rank is not None else "—"
+        if e.tied:
+            rank += " (tied within noise)"
         cells = "".join(stat_cell(e.stats.get(k)) for k in STAT_KEYS)
         rate = f"{e.correct_count}/{n_tasks}"
         rows.append(f'<tr><td class="l">{rank}</td><td class="l">{escape(e.submission)}</td>'
@@ -240,6 +243,12 @@ def _ranking_head(b: Board, top_k: object, selected: bool) -> str:
         note = (f"Top {k} asked; {len(b.top)} "
                 f"{'entry has' if len(b.top) == 1 else 'entries have'} at least one correct, "
                 "timed task.")
+    if any(e.tied for e in b.ranked):
+        note += (" Entries that share a rank are tied within noise: their re-run figures do "
+                 "not separate them.")
+    if any(f.code == TIED for e in b.ranked for f in e.figures.values()):
+        note += (" A task marked tied within noise was correct in the re-run, but the host's "
+                 "timing could not separate it from the reference (no speed-up is claimed).")
     if b.none_faster:
         note += (" No entry is faster than the reference on any task: every floored geomean "
                  "is 1 and every fast_1 is 0, so the geomean over solved tasks orders them.")

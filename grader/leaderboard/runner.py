@@ -30,7 +30,13 @@ from grader.leaderboard.engine import Engine, LocalEngine, RayEngine
 from grader.leaderboard.job import Job, JobOutcome, redact_seeds
 from grader.leaderboard.progress import Progress
 from grader.leaderboard.render import SHAPES_META, shape_meta
-from grader.leaderboard.seeds import TaskPayload, load_secret, task_payload
+from grader.leaderboard.seeds import (
+    Secret,
+    TaskPayload,
+    fingerprint,
+    load_secret,
+    task_payload,
+)
 from grader.leaderboard.state import State, SubmissionRow, TaskCheck, exclusive
 from grader.leaderboard.submissions import Submission, discover
 from grader.outpaths import check_output_file
@@ -82,8 +88,35 @@ def make_engine(cfg: RunConfig) -> Engine:
     raise UsageError(f"unknown engine {cfg.engine!r} (local, ray)")
 
 
-def load_tasks(cfg: RunConfig) -> list[TaskPayload]:
-    secret = load_secret(cfg.seed_secret)
+SEED_META = "seed_fingerprint"
+
+
+def check_seeds(state: State, secret: Secret, what: str = "this run") -> str | None:
+    """Refuse (:data:`seed_secret_mismatch`) a state graded on another secret's seeds: a
+    resumed run must grade on the seeds its state was graded on, never silently on new ones.
+    A new state records the secret's fingerprint; one written before fingerprints were kept
+    gets it now, and the returned note says that its earlier seeds cannot be checked."""
+    have, mine = state.meta(SEED_META), fingerprint(secret)
+    if have is None:
+        state.set_meta(SEED_META, mine)
+        if state.count():
+            return ("this state records no seed fingerprint (written by an older kgrader): "
+                    "its earlier evaluations may have used other secret seeds; from now on "
+                    f"it is tied to the secret from {secret.source}")
+        return None
+    if have != mine:
+        hint = (" (no --seed-secret and no $KGRADER_LEADERBOARD_SECRET: a random secret "
+                "never matches)" if secret.source.startswith("random") else "")
+        raise UsageError(f"--state {state.path} was graded on the secret seeds of another "
+                         f"secret (fingerprint {have}; the secret from {secret.source} is "
+                         f"{mine}){hint}: {what} would grade on other seeds. Pass the "
+                         "--seed-secret it was graded with, or a new --state",
+                         code="seed_secret_mismatch")
+    return None
+
+
+def load_tasks(cfg: RunConfig, secret: Secret | None = None) -> list[TaskPayload]:
+    secret = secret or load_secret(cfg.seed_secret)
     if secret.source.startswith("random"):
         log.warning("seed_secret_random", hint="pass --seed-secret FILE or set "
                     "KGRADER_LEADERBOARD_SECRET for reproducible secret seeds")
@@ -226,16 +259,20 @@ def run_leaderboard(cfg: RunConfig, progress: Progress | None = None) -> RunSumm
 
 
 def _run_locked(cfg: RunConfig, progress: Progress | None) -> RunSummary:
-    tasks = load_tasks(cfg)
+    secret = load_secret(cfg.seed_secret)
+    tasks = load_tasks(cfg, secret)
     # Folders (one may hold a judge's secret), containers and cgroups of a killed run.
     sweep_orphans()
     engine = make_engine(cfg)
     prog = progress or Progress(enabled=sys.stderr.isatty())
     with State.open(cfg.state) as state:
+        note = check_seeds(state, secret)  # before anything is graded
         state.set_meta("tasks", [t.name for t in tasks])
         state.set_meta(SHAPES_META, shape_meta(tasks))  # the public page's redaction
         state.set_meta("top_k", cfg.top_k)
         batch = Batch(cfg, state, engine, prog)
+        if note:
+            batch.summary.messages.append(note)
         try:
             usable = batch.check_references(tasks)
             batch.summary.usable_tasks = [t.name for t in usable]

@@ -58,6 +58,13 @@ def load_secret(path: Path | None) -> Secret:
     return Secret(key, source)
 
 
+def fingerprint(secret: Secret) -> str:
+    """A public name of the secret (HMAC of a fixed label, 16 hex digits): a state records
+    it, so that a resumed run or a replay on another secret is refused rather than graded on
+    other seeds (it reveals neither the secret nor a seed)."""
+    return hmac.new(secret.key, b"kgrader seed fingerprint", hashlib.sha256).hexdigest()[:16]
+
+
 def derive_seeds(secret: Secret, task: str, n: int) -> list[int]:
     """``n`` seeds for ``task``: the first 31 bits of HMAC-SHA256(secret, "task:i").
 

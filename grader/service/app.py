@@ -12,7 +12,8 @@
   candidate-facing copy for a submitter, the full one for an operator);
 * ``GET /r/{id}/{key}`` -- the submitter's own report as a page (no token: the key is
   the capability, stored hashed);
-* ``GET /board/`` -- the live board (public, hidden shapes redacted; refreshes itself).
+* ``GET /board/`` -- the live board (public, hidden shapes redacted; refreshes itself);
+  ``/board/run/{id}.html`` -- one board run's candidate-facing report (public).
 
 Every refusal is a 4xx with ``{"code", "message"}`` (:mod:`grader.service.errors`); a
 bug is a 500 ``internal``, never a traceback.
@@ -271,6 +272,8 @@ async def board(request: Request) -> Response:
         return Response(data, media_type="text/html",
                         headers=pages.HEADERS | {"Refresh": str(svc.board_refresh_s),
                                                  "Content-Security-Policy": pages.BOARD_CSP})
+    if name.endswith(".html"):  # a run's public report (grader.service.board)
+        return Response(data, media_type="text/html", headers=pages.HEADERS)
     return Response(data, media_type="image/png", headers={"Cache-Control": "no-store"})
 
 

@@ -1,105 +1,172 @@
-"""The live board: leaderboard entries committed to a leaderboard state as they land, the
-page rendered by :func:`grader.leaderboard.render.render_site` (the same page as the
-batch's, hidden shapes redacted) when a result changed it, at most once per request.
+"""The live board: one ranking per task and device kind, updated as results land.
 
-An entry is the token's name (plus the submitter's label): its latest file per task is
-what the board ranks. The service does not run the batch's top-K re-runs, so its entries
-are shown as "not re-measured". The per-evaluation pages the renderer writes are not
-served: a submission's report is its submitter's (the API, or its private view link).
+The store is the record; the board keeps a parsed view of its finished ``leaderboard``
+and ``rerun`` jobs (:meth:`Board.record`, the workers' hook; :meth:`Board.sync` at start
+for what a killed server missed) and renders the page from it on each request, with the
+jobs still queued or running read from the store then (:mod:`grader.service.board_page`).
+
+Ranking (:mod:`grader.leaderboard.live`): an entry (the token's name, plus the
+submitter's label) is ranked on a task by a re-run the board queues itself for the
+entry's best main run; resubmitting a file never earns a second re-run. A re-run job
+belongs to the internal owner ``board:<token id>`` (:data:`RERUN_OWNER`): it counts
+against none of the submitter's quotas and is listed only to operators.
+
+Each row links to ``/board/run/<job id>.html``: the run's candidate-facing report (hidden
+shapes and secret seeds redacted, as its submitter sees it), public like the board.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-import shutil
-import tempfile
+import secrets
 import threading
 from pathlib import Path
+from typing import Any
 
-from grader.leaderboard.job import classify
-from grader.leaderboard.render import SHAPES_META, render_site, shape_meta
-from grader.leaderboard.state import EvalRow, State, SubmissionRow
+import structlog
+
+from grader.leaderboard.aggregate import row_times
+from grader.leaderboard.job import classify, classify_rerun, tied_within_noise
+from grader.leaderboard.live import MAIN, RERUN, Run, needs_rerun
 from grader.report.model import Report
-from grader.service.store import Store
-from grader.service.worker import ServiceTask
+from grader.report.redact import facts_for, redact
+from grader.service import board_page, pages
+from grader.service.store import JobRow, Store
+from grader.service.worker import BOARD_MODES, ServiceTask
+from grader.service.worker import RERUN as RERUN_MODE
 
-_PLOT = re.compile(r"[a-z_]{1,40}\.png")
+log = structlog.get_logger("kgrader.service")
+RERUN_OWNER = "board:"
+_RUN_PAGE = re.compile(r"run/([0-9a-f]{32})\.html")
+_NO_QUOTA = 10**9
 
 
 def entry_name(token_name: str, label: str) -> str:
     return f"{token_name}/{label}" if label else token_name
 
 
+def device_of(report: Report, worker: str | None) -> str:
+    """The device kind a run was graded on: the report's, else the worker's name
+    (``cpu0``, ``cuda1``, ``gpu2``...) less its number."""
+    if report.device:
+        return report.device
+    kind = (worker or "").rstrip("0123456789")
+    return {"gpu": "cuda", "": "unknown"}.get(kind, kind)
+
+
+def speedup_interval(speedup: float | None, report_json: str) -> tuple[float | None, float | None]:
+    """The speed-up's interval from the submission's median-time interval (the reference's
+    time held at its median), or (None, None)."""
+    sub, _ = row_times(report_json)
+    if speedup is None or sub is None or not sub.low or not sub.high or sub.value <= 0:
+        return None, None
+    return speedup * sub.value / sub.high, speedup * sub.value / sub.low
+
+
 class Board:
-    """The board's state file and its rendered site under ``root``."""
+    """The board's view of the store (``root`` is kept for the data folder's layout)."""
 
     def __init__(self, root: Path, store: Store, tasks: dict[str, ServiceTask]):
-        self.root, self.store = root, store
+        self.root, self.store, self.tasks = root, store, tasks
         root.mkdir(parents=True, exist_ok=True)
-        self.state_path = root / "board.sqlite"
         self._lock = threading.Lock()
-        self._dirty = True
-        self._site: Path | None = None
-        names = sorted(tasks)
-        with State.open(self.state_path) as st:
-            st.set_meta("tasks", names)
-            st.set_meta("usable_tasks", names)
-            st.set_meta(SHAPES_META, shape_meta(t.payload for t in tasks.values()))
-            st.set_meta("top_k", 0)
-            st.set_meta("top", [])
+        self.runs: dict[str, Run] = {}
         self.sync()
 
+    def _owner(self, job: JobRow) -> str:
+        token_id = job.token_id.removeprefix(RERUN_OWNER)
+        tok = self.store.token(token_id)
+        return entry_name(tok.name if tok else token_id, job.label)
+
+    def _run(self, job: JobRow, text: str) -> Run:
+        report = Report.model_validate_json(text)  # the stored copy: seeds already redacted
+        tied = job.mode == RERUN_MODE and tied_within_noise(report)
+        verdict, _, code, message, speedup, _ = classify_rerun(report) if tied \
+            else classify(report)
+        low, high = speedup_interval(speedup, text)
+        return Run(job_id=job.id, entry=self._owner(job), task=job.task,
+                   device=device_of(report, job.worker), file_sha=job.source_sha,
+                   kind=RERUN if job.mode == RERUN_MODE else MAIN, verdict=verdict, code=code,
+                   message=message[:2000], speedup=speedup, low=low, high=high,
+                   at=job.finished_at or 0.0)
+
     def record(self, job_id: str) -> None:
-        """Commit one finished leaderboard job (the worker's hook, and :meth:`sync`)."""
+        """Take in one finished board job (the workers' hook, and :meth:`sync`); a main run
+        that became its entry's selection gets its re-run queued."""
         job = self.store.job(job_id)
         text = self.store.report_json(job_id)
-        if job is None or text is None or job.mode != "leaderboard" or job.state != "done":
+        if job is None or text is None or job.mode not in BOARD_MODES or job.state != "done":
             return
-        report = Report.model_validate_json(text)  # the stored copy: seeds already redacted
-        tok = self.store.token(job.token_id)
-        name = entry_name(tok.name if tok else job.token_id, job.label)
-        verdict, stage, code, message, speedup, src = classify(report)
-        row = EvalRow(submission=name, task=job.task, file_sha=job.source_sha, round="main",
-                      verdict=verdict, stage=stage, code=code, message=message[:2000],
-                      speedup=speedup, speedup_source=src,
-                      t_sub_ms=report.timing.median_ms if report.timing else None,
-                      report_json=text,
-                      wall_s=round((job.finished_at or 0.0) - (job.started_at or 0.0), 3),
-                      engine=f"service:{job.worker or ''}")
-        with self._lock, State.open(self.state_path) as st:
-            files = next((s.files for s in st.submissions() if s.name == name), {})
-            st.record_submission(SubmissionRow(name, job.source_sha, "valid", "ok", None,
-                                               {**files, job.task: job.source_sha}))
-            st.record_evaluation(row, replace=True)
-            self._dirty = True
+        run = self._run(job, text)
+        with self._lock:
+            self.runs[job.id] = run
+        if run.kind == MAIN:
+            self._schedule(job, run)
+
+    def _schedule(self, job: JobRow, run: Run) -> None:
+        with self._lock:
+            mine = [r for r in self.runs.values() if (r.entry, r.task, r.device)
+                    == (run.entry, run.task, run.device)]
+            owner = RERUN_OWNER + job.token_id
+            scheduled = {j.source_sha for j in self.store.of_mode(RERUN_MODE)
+                         if j.token_id == owner and j.task == job.task and j.label == job.label}
+            sel = needs_rerun(mine, scheduled)
+            if sel is None:
+                return
+            source = self.store.source(sel.job_id)
+            if source is None:
+                return
+            key = secrets.token_urlsafe(24)  # no view link: the board's run page shows it
+            queued = self.store.submit(
+                token_id=owner, task=job.task, mode=RERUN_MODE, label=job.label, source=source,
+                source_sha=sel.file_sha, view_sha=hashlib.sha256(key.encode()).hexdigest(),
+                max_active=_NO_QUOTA, max_per_day=_NO_QUOTA)
+        log.info("board_rerun_queued", entry=run.entry, task=job.task, of=sel.job_id,
+                 job=getattr(queued, "id", queued))
 
     def sync(self) -> int:
-        """Commit the finished leaderboard jobs the board lacks (a server killed between a
-        job's result and its board row); the store is the record, the board a view of it.
-        Returns how many were added."""
-        with State.open(self.state_path) as st:
-            have = {(k[0], k[1], k[2]) for k in st.done_keys()}
+        """Take in the finished board jobs the view lacks (a server killed between a job's
+        result and its board row; every start). Returns how many were added."""
         added = 0
-        for job in self.store.finished("leaderboard"):
-            tok = self.store.token(job.token_id)
-            key = (entry_name(tok.name if tok else job.token_id, job.label), job.task,
-                   job.source_sha)
-            if key not in have:
-                self.record(job.id)
-                added += 1
+        for mode in BOARD_MODES:
+            for job in self.store.finished(mode):
+                if job.id not in self.runs:
+                    self.record(job.id)
+                    added += 1
         return added
 
+    def pending(self) -> list[tuple[JobRow, str]]:
+        """The board jobs queued or running now, with their entry names."""
+        out = []
+        for mode in BOARD_MODES:
+            for job in self.store.of_mode(mode, ("queued", "running")):
+                out.append((job, self._owner(job)))
+        return sorted(out, key=lambda p: p[0].created_at)
+
+    def failed_reruns(self) -> list[tuple[JobRow, str]]:
+        """Re-runs the service could not grade (infrastructure, after every attempt)."""
+        return [(j, self._owner(j)) for j in self.store.of_mode(RERUN_MODE, ("failed",))]
+
     def read(self, name: str) -> bytes | None:
-        """A page of the site (``index.html`` or a top-level plot), rendered again first
-        when a result changed it; None for anything else."""
-        if name != "index.html" and not _PLOT.fullmatch(name):
+        """``index.html`` (the board) or ``run/<job id>.html`` (one run's public report);
+        None for anything else."""
+        if name == "index.html":
+            with self._lock:
+                runs = list(self.runs.values())
+            return board_page.index(runs, sorted(self.tasks), self.pending(),
+                                    self.failed_reruns()).encode()
+        m = _RUN_PAGE.fullmatch(name)
+        if m is None:
             return None
-        with self._lock:
-            if self._dirty or self._site is None:
-                new = Path(tempfile.mkdtemp(prefix="site-", dir=self.root))
-                render_site(self.state_path, new)
-                old, self._site, self._dirty = self._site, new, False
-                if old is not None:
-                    shutil.rmtree(old, ignore_errors=True)
-            path = self._site / name
-            return path.read_bytes() if path.is_file() and not path.is_symlink() else None
+        job = self.store.job(m.group(1))
+        text = self.store.report_json(m.group(1)) if job is not None else None
+        if job is None or text is None or job.mode not in BOARD_MODES or job.state != "done":
+            return None
+        report = Report.model_validate_json(text)
+        task = self.tasks.get(job.task)
+        public = redact(report, facts_for(task.spec if task else None, report))
+        facts = job.public() | {"entry": self._owner(job)}
+        doc: dict[str, Any] = json.loads(public.model_dump_json())
+        return pages.report_page(facts, doc).encode()

@@ -19,7 +19,8 @@ _STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1100px}td,th{border:
 def report_page(job: dict[str, Any], report: dict[str, Any] | None) -> str:
     """The job's facts and its (candidate-facing) report; while it runs, a waiting note
     (the response's ``Refresh`` header reloads it)."""
-    keys = ("id", "task", "mode", "label", "state", "verdict", "attempts", "error")
+    keys = [k for k in ("id", "entry", "task", "mode", "label", "state", "verdict", "attempts",
+                        "error") if k in job]
     rows = "".join(f'<tr><th>{escape(k)}</th><td id="job-{escape(k)}">'
                    f"{escape('' if job.get(k) is None else str(job[k]))}</td></tr>" for k in keys)
     if report is None:

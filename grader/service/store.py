@@ -230,6 +230,20 @@ class Store:
                                     "AND state = 'done' ORDER BY seq", (mode,)).fetchall()
         return [JobRow(*r) for r in rows]
 
+    def of_mode(self, mode: str, states: tuple[str, ...] = STATES) -> list[JobRow]:
+        """The jobs of ``mode`` in ``states``, oldest first (the live board's pending rows
+        and re-runs)."""
+        marks = ", ".join("?" for _ in states)
+        rows = self._conn().execute(f"SELECT {', '.join(_JOB_COLS)} FROM jobs WHERE mode = ? "
+                                    f"AND state IN ({marks}) ORDER BY seq",
+                                    (mode, *states)).fetchall()
+        return [JobRow(*r) for r in rows]
+
+    def source(self, job_id: str) -> str | None:
+        """A job's source (a re-run grades the same text; a replay too)."""
+        r = self._conn().execute("SELECT source FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return None if r is None else str(r[0])
+
     def report_json(self, job_id: str) -> str | None:
         r = self._conn().execute("SELECT report_json FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return None if r is None else r[0]

@@ -13,7 +13,12 @@ What a job's mode grades (the server's own copy of the task, never a client's pa
 * ``accept``: paired, interleaved against the task's current best on this server; an
   accepted candidate becomes the best (with no best yet: accepted when it passes);
 * ``leaderboard``: a leaderboard entry -- the task with the server's secret seeds,
-  paired with the reference, the row committed to the live board.
+  paired with the reference, the row committed to the live board;
+* ``rerun`` (never a client's: the board queues it, :mod:`grader.service.board`): an
+  entry's best file graded again as ``leaderboard`` does, correctness under the memory
+  checker as the batch's re-run; its figure is the one the board ranks. A re-run whose
+  timing the host could not separate from the reference is a result ("tied within noise",
+  :func:`grader.leaderboard.job.tied_within_noise`), not an infrastructure fault.
 
 A report whose errors are the infrastructure's is not a result: the job is re-queued
 (up to ``max_attempts`` claims), then ``failed``. Each retry waits longer than the last
@@ -35,7 +40,7 @@ import structlog
 
 from grader.errors import InfrastructureError, KgraderError, TaskError, UsageError
 from grader.evaluate import EvalRequest, Source, evaluate
-from grader.leaderboard.job import classify, redact_seeds
+from grader.leaderboard.job import classify, classify_rerun, redact_seeds, tied_within_noise
 from grader.leaderboard.seeds import Secret, TaskPayload, task_payload
 from grader.report.model import Report
 from grader.scan import check_source
@@ -43,7 +48,9 @@ from grader.service.store import BestChanged, Claimed, Store
 from grader.task import TaskSpec, load_task
 
 log = structlog.get_logger("kgrader.service")
-MODES = ("run", "bench", "accept", "leaderboard")
+MODES = ("run", "bench", "accept", "leaderboard")  # what a client may submit
+RERUN = "rerun"  # the board's own re-run of an entry (never a client's)
+BOARD_MODES = ("leaderboard", RERUN)
 MAX_RETRY_DELAY_S = 300.0
 Grader = Callable[[EvalRequest], Report]
 
@@ -110,10 +117,11 @@ def build_request(mode: str, source: str, task: ServiceTask, slot: Slot, job_id:
     if mode == "accept":
         cur = None if best is None else Source(name="current.py", text=best)
         return EvalRequest(task=task.spec, current=cur, **common)
-    if mode == "leaderboard":
+    if mode in BOARD_MODES:
         spec = TaskSpec.model_validate_json(task.payload.task_json)
         return EvalRequest(task=spec, current=ref, current_trusted=True,
-                           shape_seed=task.payload.shape_seed, **common)
+                           shape_seed=task.payload.shape_seed,
+                           sanitize="default" if mode == RERUN else None, **common)
     raise UsageError(f"unknown mode {mode!r}")
 
 
@@ -123,7 +131,9 @@ def verdict(mode: str, report: Report) -> str:
     ``disqualified``)."""
     passed = (not report.errors and report.correctness is not None
               and report.correctness.passed and report.timing is not None)
-    if mode == "leaderboard":
+    if mode == RERUN and tied_within_noise(report):
+        return classify_rerun(report)[0]
+    if mode in BOARD_MODES:
         return classify(report)[0]
     if mode == "accept":
         if not passed:
@@ -202,7 +212,8 @@ class Workers:
             entry = self.store.best_entry(job.task) if job.mode == "accept" else None
             best, best_was = (entry[1], entry[0]) if entry else (None, "")
             report = self.grader(build_request(job.mode, c.source, task, slot, job.id, best))
-            if report.infrastructure_failed():
+            if report.infrastructure_failed() and not (job.mode == RERUN
+                                                       and tied_within_noise(report)):
                 e = next(e for e in report.errors if e.origin == "infrastructure")
                 problem = f"{e.code}: {e.message}"
         except InfrastructureError as e:
@@ -226,7 +237,7 @@ class Workers:
             return
         v = verdict(job.mode, report)
         text = report.model_dump_json()
-        if job.mode == "leaderboard":
+        if job.mode in BOARD_MODES:
             text = json.dumps(redact_seeds(json.loads(text), task.payload.seeds))
         best_source = c.source if job.mode == "accept" and v == "accepted" else None
         try:
@@ -236,7 +247,7 @@ class Workers:
             if self.store.requeue(job.id, c.attempt, why):
                 log.info("service_job_regraded", job=job.id, why=why)
             return
-        if recorded and job.mode == "leaderboard" and self.on_leaderboard is not None:
+        if recorded and job.mode in BOARD_MODES and self.on_leaderboard is not None:
             try:
                 self.on_leaderboard(job.id)
             except Exception:  # the board is a view of the store: a restart syncs it

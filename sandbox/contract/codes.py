@@ -290,6 +290,12 @@ CATALOGUE: tuple[Code, ...] = (
           "Wait for it to finish."),
     _host("state_schema", _U, "The leaderboard state is of another version.",
           "Use a fresh state or the kgrader that made it."),
+    _host("seed_secret_mismatch", _U, "A leaderboard state was graded on other secret seeds "
+          "than the secret given now (a resumed run, or a replay).",
+          "Pass the --seed-secret the state was graded with, or a new --state."),
+    _host("replay_mismatch", _U, "What a replay was asked to re-grade is not what was recorded "
+          "(another file, task or job).",
+          "Point replay at the recorded submission's file and task folder."),
     _host("interrupted", _U, "The command was stopped by SIGINT or SIGTERM.",
           "Run it again."),
     _host("infrastructure", _I, "kgrader or the machine failed.", "Read the message; retry."),

@@ -1,5 +1,6 @@
-"""The live board is a view of the store: a leaderboard result the board missed (a server
-killed between the two commits) is added when the next server starts."""
+"""The live board: a view of the store, one ranking per task and device kind, ranked from
+the re-runs it queues itself (a resubmitted file earns none), pending and disqualified
+entries shown, and each row's report page public and redacted."""
 
 from __future__ import annotations
 
@@ -7,41 +8,101 @@ import shutil
 from pathlib import Path
 
 from grader.leaderboard.seeds import Secret
-from grader.leaderboard.state import State
-from grader.report.model import Report
-from grader.service.board import Board
-from grader.service.store import Store
+from grader.report.model import AcceptanceResult, CorrectnessResult, Report, ReportError
+from grader.service.board import RERUN_OWNER, Board
+from grader.service.store import Store, TokenRow
 from grader.service.worker import load_tasks
 
 TASK = Path(__file__).resolve().parents[2] / "examples" / "vector_add_small"
 
 
-def _done_leaderboard_job(store: Store, label: str) -> str:
-    job = store.submit(token_id="tok1", task="vector_add_small", mode="leaderboard",
-                       label=label, source="x = 1\n", source_sha=label * 8, view_sha="v",
+def _report(kind: str, speedup: float = 2.0) -> Report:
+    if kind == "failed":
+        return Report(ok=False, stage="compile", task="vector_add_small", device="cpu",
+                      errors=[ReportError(stage="compile", code="compile_error",
+                                          origin="candidate", message="boom")])
+    acc = AcceptanceResult(replicate_speedup=speedup, improvement_fraction=None, accepted=True,
+                           rule="seed", pairs=20, positive_fraction=None, reason="r")
+    return Report(ok=True, stage="accept", task="vector_add_small", device="cpu",
+                  correctness=CorrectnessResult(passed=True, checks=4), acceptance=acc)
+
+
+def _done(store: Store, token: str, label: str, source: str, report: Report,
+          mode: str = "leaderboard") -> str:
+    job = store.submit(token_id=token, task="vector_add_small", mode=mode, label=label,
+                       source=source, source_sha=source.strip() * 8, view_sha="v",
                        max_active=10, max_per_day=10)
     assert not isinstance(job, str)
-    c = store.claim("w0")
-    assert c is not None
-    report = Report(ok=False, stage="compile", task="vector_add_small")
-    assert store.finish(c.job.id, c.attempt, state="done", verdict="failed",
+    c = store.claim("cpu0")
+    assert c is not None and c.job.id == job.id
+    assert store.finish(c.job.id, c.attempt, state="done", verdict="x",
                         report_json=report.model_dump_json(), error=None)
     return job.id
 
 
-def test_a_result_the_board_missed_is_added_at_the_next_start(tmp_path: Path) -> None:
+def _grade_reruns(store: Store, board: Board, speedup: float) -> list[str]:
+    """Grade every queued re-run as a worker would (its report given)."""
+    done = []
+    while (c := store.claim("cpu0")) is not None:
+        assert c.job.mode == "rerun" and c.job.token_id.startswith(RERUN_OWNER)
+        store.finish(c.job.id, c.attempt, state="done", verdict="ok",
+                     report_json=_report("ok", speedup).model_dump_json(), error=None)
+        board.record(c.job.id)
+        done.append(c.job.id)
+    return done
+
+
+def _setup(tmp_path: Path) -> tuple[Store, Board]:
     shutil.copytree(TASK, tmp_path / "tasks" / TASK.name)
     tasks = load_tasks(tmp_path / "tasks", Secret(b"k" * 32, "test"))
     store = Store(tmp_path / "s.sqlite")
-    board = Board(tmp_path / "board", store, tasks)
-    first = _done_leaderboard_job(store, "a")
-    board.record(first)
-    _done_leaderboard_job(store, "b")  # the server dies before its board row
-    again = Board(tmp_path / "board", store, tasks)  # the next start syncs
-    with State.open(again.state_path) as st:
-        rows = st.evaluations()
-    assert sorted(r.submission for r in rows) == ["tok1/a", "tok1/b"]
-    assert again.sync() == 0  # nothing twice
-    page = again.read("index.html")
-    assert page is not None and b"tok1/b" in page
-    assert again.read("../s.sqlite") is None and again.read("eval/x.html") is None
+    for tid, name in (("tok1", "alice"), ("tok2", "bob")):
+        store.add_token(TokenRow(tid, name, "submitter", "h" + tid, 10, 10, 10, 0.0, False))
+    return store, Board(tmp_path / "board", store, tasks)
+
+
+def test_entries_are_ranked_by_the_rerun_the_board_queues_not_their_lucky_draw(
+        tmp_path: Path) -> None:
+    store, board = _setup(tmp_path)
+    page = board.read("index.html")
+    assert page is not None and b"No entry graded on this task yet" in page
+    board.record(_done(store, "tok1", "", "a = 1\n", _report("ok", 9.0)))  # a lucky draw
+    page = (board.read("index.html") or b"").decode()
+    assert "awaiting re-run" in page and "Pending" in page and "re-run" in page
+    assert _grade_reruns(store, board, 1.5)  # the re-run is what is published
+    board.record(_done(store, "tok2", "", "b = 1\n", _report("ok", 3.0)))
+    _grade_reruns(store, board, 3.0)
+    # the same file again, luckier: no second re-run, no change in the ranking
+    board.record(_done(store, "tok1", "", "a = 1\n", _report("ok", 50.0)))
+    assert _grade_reruns(store, board, 99.0) == []
+    page = (board.read("index.html") or b"").decode()
+    assert page.index("bob") < page.index("alice")
+    assert "3x" in page and "1.5x" in page and "50x" not in page and "99x" not in page
+    assert "Nothing queued or running" in page
+    # every row's report link works, for anyone: the run's public page
+    rid = page.split('href="run/')[1].split(".html")[0]
+    run = board.read(f"run/{rid}.html")
+    assert run is not None and f"Submission {rid}".encode() in run and b"<script" not in run
+    assert board.read("run/" + "0" * 32 + ".html") is None and board.read("../s.sqlite") is None
+
+
+def test_reruns_that_cannot_separate_entries_share_a_rank_and_failures_are_shown(
+        tmp_path: Path) -> None:
+    store, board = _setup(tmp_path)
+    board.record(_done(store, "tok1", "x", "a = 1\n", _report("ok", 2.0)))
+    _grade_reruns(store, board, 2.0)
+    board.record(_done(store, "tok2", "y", "b = 1\n", _report("ok", 4.0)))
+    _grade_reruns(store, board, 2.0)
+    board.record(_done(store, "tok1", "z", "c = 1\n", _report("failed")))
+    page = (board.read("index.html") or b"").decode()
+    assert page.count("1 (tied within noise)") == 2
+    assert "alice/z" in page and "not correct" in page and "boom" in page
+
+
+def test_a_result_the_board_missed_is_added_at_the_next_start(tmp_path: Path) -> None:
+    store, board = _setup(tmp_path)
+    board.record(_done(store, "tok1", "a", "a = 1\n", _report("failed")))
+    _done(store, "tok1", "b", "b = 1\n", _report("failed"))  # the server dies first
+    again = Board(tmp_path / "board", store, board.tasks)
+    assert sorted(r.entry for r in again.runs.values()) == ["alice/a", "alice/b"]
+    assert again.sync() == 0
