@@ -48,7 +48,8 @@ def replay_job(store_target: str | Path, job_id: str, tasks_dir: Path, secret: S
     notes: list[str] = []
     compare_versions(recorded_facts(store.report_json(job_id))[1], notes)
     dev = detect_device() if device == "auto" else device
-    report = grade(build_request(job.mode, source, task, Slot("replay", backend, dev), job.id, None))
+    req = build_request(job.mode, source, task, Slot("replay", backend, dev), job.id, None)
+    report = grade(req.model_copy(update={"build_cache": False}))  # an independent grade
     if report.infrastructure_failed():
         e = next(e for e in report.errors if e.origin == "infrastructure")
         raise InfrastructureError(f"the replay could not grade it: {e.code}: {e.message}")

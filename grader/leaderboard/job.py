@@ -59,6 +59,7 @@ class Job:
     device: str = "auto"
     policy: str | None = None
     limits: dict[str, float | int | None] = field(default_factory=dict)
+    build_cache: bool = True  # off for a replay: an independent grade (grader.builds)
 
     @property
     def key(self) -> tuple[str, str, str, str]:
@@ -98,7 +99,8 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local",
                                            text=check_source(job.source)),
                           backend=job.backend, device=job.device,
                           limits=spec.limits.override(**dict(job.limits)), gpu_ids=gpu_ids,
-                          shape_seed=job.task.shape_seed, gate=gate, **kw)
+                          shape_seed=job.task.shape_seed, gate=gate,
+                          build_cache=job.build_cache, **kw)
         report = evaluate(req)
     except InfrastructureError as e:
         return JobOutcome(None, f"{type(e).__name__}: {e}")

@@ -109,7 +109,8 @@ def replay_row(state_path: Path, submission: str, task_dir: Path, file: Path, se
     policy, version = recorded_facts(row.report_json)
     compare_versions(version, notes)
     out = run_job(Job(submission=submission, task=payload, file_sha=row.file_sha, round=rnd,
-                      source=data.decode("utf-8", "replace"), backend=backend, device=device),
+                      source=data.decode("utf-8", "replace"), backend=backend, device=device,
+                      build_cache=False),
                   tie_ok=True)
     if out.row is None:
         raise InfrastructureError(f"the replay could not grade it: {out.infra_error}")
