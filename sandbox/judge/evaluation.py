@@ -81,6 +81,12 @@ class Evaluation:
         self.started_wall: float | None = None
         self.runners_opened = 0
         self.nvml_handle: Nvml | None = None  # sandbox.judge.isolation's, opened on first use
+        # The judge's own torch ops (inputs in, poison, guard bands, checks) are small: run
+        # them on one thread. With torch's intra-op pool, a 64 KiB guard band's compare woke
+        # a second thread on every call (20 ms a call at idle on 2 cores, 150 ms loaded, where
+        # one thread took 0.5 and 3.4 ms), and the pool's spinning workers took CPU from the
+        # runner being timed beside them.
+        torch.set_num_threads(1)
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         # The trusted reference, for the task's contract (sandbox.problem.base, sandbox.problem.field):
