@@ -50,8 +50,8 @@ class Source(BaseModel):
     text: str
 
     @classmethod
-    def read(cls, path: str | Path) -> Source:
-        return cls(name=str(path), text=read_candidate(Path(path)))
+    def read(cls, path: str | Path, what: str = "candidate") -> Source:
+        return cls(name=str(path), text=read_candidate(Path(path), what=what))
 
     def info(self) -> CandidateInfo:
         raw = self.text.encode()
@@ -100,7 +100,7 @@ class EvalRequest(BaseModel):
             limits = spec.limits.override(**limits)
         return cls.model_validate({
             "task": spec, "reference": reference, "candidate": Source.read(candidate),
-            "current": Source.read(current) if current is not None else None,
+            "current": Source.read(current, "current") if current is not None else None,
             "limits": limits, **rest})
 
     def effective_limits(self) -> Limits:
