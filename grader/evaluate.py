@@ -145,10 +145,12 @@ def screen(req: EvalRequest, spec: TaskSpec) -> tuple[Report, float]:
     denied = [f for f in scan.findings if f.severity == "deny"]
     if denied:
         report.errors = [ReportError(stage="scan", code=f.rule, message=f.message, line=f.line,
-                                     col=f.col, origin="candidate", detail={"snippet": f.snippet})
+                                     col=f.col, origin="candidate",
+                                     detail={"snippet": f.snippet, "threat": f.threat})
                          for f in denied]
         return report, scan_s
-    report.warnings += [f"scan: {f.rule} at line {f.line}: {f.message}" for f in scan.findings]
+    report.warnings += [f"scan: {f.rule} at line {f.line}: {f.message} (threat: {f.threat})"
+                        for f in scan.findings]
     if req.current is not None and not req.current_trusted:
         cur_scan = scan_source(req.current.text, policy, filename=req.current.name)
         if cur_scan.denied:

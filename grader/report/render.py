@@ -59,6 +59,8 @@ def render_report(report: Report, console: Console) -> None:
     for e in report.errors:
         where = f" (line {e.line})" if e.line else ""
         say(console, (plain(f"{e.stage}/{e.code}"), "red"), f"{where}: {e.message}")
+        if e.stage == "scan" and e.detail.get("threat"):
+            say(console, f"threat: {e.detail['threat']}", indent=4)
     for w in report.warnings:
         say(console, ("warning", "yellow"), f": {w}")
     if report.correctness is not None:

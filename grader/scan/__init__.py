@@ -15,7 +15,14 @@ from grader.astparse import parse_module
 from grader.errors import CandidateFileError, UsageError
 from grader.report.model import Finding, ScanSummary
 from grader.scan.matchers import compile_policy
-from grader.scan.policy import Policy, Rule, list_policies, load_policy, policies_dir
+from grader.scan.policy import (
+    ALLOWLIST_RULE_IDS,
+    Policy,
+    Rule,
+    list_policies,
+    load_policy,
+    policies_dir,
+)
 from grader.scan.python_ast import Walker
 
 __all__ = [
@@ -68,7 +75,25 @@ def scan_source(source: str, policy: Policy, filename: str = "<candidate>") -> S
         if gc_was_enabled:
             gc.enable()
     findings.sort(key=lambda f: (f.line or 0, f.col or 0, f.rule))
-    return ScanResult(policy.name, findings)
+    return ScanResult(policy.name, [f.model_copy(update={"threat": threat_of(policy, f.rule)})
+                                    for f in findings])
+
+
+# The threat family of the findings no policy rule names (the policy's own rules carry theirs).
+_OWN_THREATS = {
+    **dict.fromkeys(ALLOWLIST_RULE_IDS, "anything a kernel does not need: the allow-list "
+                                        "denies what it does not list"),
+    "syntax-error": "unscannable source: what does not parse cannot be checked",
+    "too-complex": "unscannable source: what cannot be analysed cannot be checked",
+}
+
+
+def threat_of(policy: Policy, rule_id: str) -> str:
+    """The one-line threat family a finding of ``rule_id`` belongs to under ``policy``."""
+    rule = policy.rule(rule_id)
+    if rule is not None:
+        return rule.threat
+    return _OWN_THREATS.get(rule_id, "a check of the scanner itself")
 
 
 def _scan(source: str, policy: Policy, filename: str) -> list[Finding]:
