@@ -180,3 +180,21 @@ def test_a_candidate_printing_10_mb_per_call_passes_and_the_human_report_says_it
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.startswith("PASS")
     assert "output cut: the sandbox printed more than the 1048576 bytes kept" in p.stdout
+
+
+def test_a_denied_run_names_each_denials_threat_family() -> None:
+    attack = ROOT / "tests" / "attacks" / "asyncio_subprocess.py"
+    p = kgrader("run", *SANDBOX, "--no-progress", SMALL, attack, no_traceback=True)
+    assert p.returncode == 1 and p.stdout.startswith("FAIL")
+    assert "scan/process-spawn" in p.stdout
+    assert "threat: fork bomb; privilege escalation" in p.stdout
+    p = kgrader("run", *SANDBOX, "--json", SMALL, attack)
+    errors = json.loads(p.stdout)["errors"]
+    assert errors and all(e["detail"]["threat"] for e in errors)
+
+
+def test_policy_diff_through_the_cli() -> None:
+    p = kgrader("policy", "diff", "triton-only", "strict", "--json", no_traceback=True)
+    assert p.returncode == 0
+    doc = json.loads(p.stdout)
+    assert doc["counts"]["severity_changed"] == 3
