@@ -51,8 +51,8 @@ class Source(BaseModel):
     text: str
 
     @classmethod
-    def read(cls, path: str | Path) -> Source:
-        return cls(name=str(path), text=read_candidate(Path(path)))
+    def read(cls, path: str | Path, what: str = "candidate") -> Source:
+        return cls(name=str(path), text=read_candidate(Path(path), what=what))
 
     def info(self) -> CandidateInfo:
         raw = self.text.encode()
@@ -104,7 +104,7 @@ class EvalRequest(BaseModel):
             limits = spec.limits.override(**limits)
         return cls.model_validate({
             "task": spec, "reference": reference, "candidate": Source.read(candidate),
-            "current": Source.read(current) if current is not None else None,
+            "current": Source.read(current, "current") if current is not None else None,
             "limits": limits, **rest})
 
     def effective_limits(self) -> Limits:
@@ -150,10 +150,12 @@ def screen(req: EvalRequest, spec: TaskSpec) -> tuple[Report, float]:
     denied = [f for f in scan.findings if f.severity == "deny"]
     if denied:
         report.errors = [ReportError(stage="scan", code=f.rule, message=f.message, line=f.line,
-                                     col=f.col, origin="candidate", detail={"snippet": f.snippet})
+                                     col=f.col, origin="candidate",
+                                     detail={"snippet": f.snippet, "threat": f.threat})
                          for f in denied]
         return report, scan_s
-    report.warnings += [f"scan: {f.rule} at line {f.line}: {f.message}" for f in scan.findings]
+    report.warnings += [f"scan: {f.rule} at line {f.line}: {f.message} (threat: {f.threat})"
+                        for f in scan.findings]
     if req.current is not None and not req.current_trusted:
         cur_scan = scan_source(req.current.text, policy, filename=req.current.name)
         if cur_scan.denied:

@@ -19,8 +19,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from grader.costexpr import compile_expr, eval_expr
-from grader.errors import TaskError
+from grader.errors import PolicyError, TaskError
 from grader.limits import Limits
+from grader.scan.policy import load_policy
 from grader.shapespec import GenerateSpec
 from sandbox.contract import wire
 
@@ -294,6 +295,9 @@ class TaskSpec(_Frozen):
         if self.contract == "dps":
             if self.problem is not None:
                 raise ValueError("a dps task takes no problem section")
+            if not self.tensors:
+                raise ValueError("tensors is missing or empty: a dps task lists its tensors, "
+                                 "at least one with role 'output'")
             if not any(t.role == "output" for t in self.tensors):
                 raise ValueError("at least one tensor must have role 'output'")
             return
@@ -380,6 +384,12 @@ def load_task(task_dir: str | Path) -> tuple[TaskSpec, str]:
         spec = TaskSpec.model_validate(raw)
     except ValidationError as e:
         raise TaskError(f"{spec_path}: invalid task\n{format_validation_error(e)}") from None
+    try:  # a task naming a policy that does not load is malformed: say so here, naming it
+        load_policy(spec.policy)
+    except PolicyError as e:
+        raise TaskError(f"{spec_path}: its policy {spec.policy!r} cannot be used: {e.message}",
+                        hint="name a shipped policy (kgrader policy list) or a policy file"
+                        ) from None
     try:
         reference = ref_path.read_text(encoding="utf-8")
     except UnicodeDecodeError:

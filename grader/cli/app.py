@@ -104,7 +104,10 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
     from grader.evaluate import EvalRequest, evaluate
 
     try:
-        check_outputs(dirs={"--out": out, "--records": records},
+        from grader.records import EVALS
+
+        check_outputs(dirs={"--out": out, "--records": records,
+                            "--records folder": records / EVALS if records else None},
                       files={"--out report.json": out / "report.json" if out else None})
         tool = sanitize_tool or ("default" if sanitize else None)  # default: the task's or memcheck
         req = EvalRequest.from_paths(task_dir, candidate, current, limits=limits, backend=backend,
@@ -116,15 +119,7 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
             if report.sandbox is not None:
                 tell_judge_steps(lines, report.sandbox.phases)
             lines.step("done", {"ok": str(report.ok).lower(), "stage": report.stage})
-        if out is not None:  # first: the report survives a records folder that fails
-            _write_report(out, report)
-        if records is not None:
-            from grader.records import Records
-
-            rec = Records(records)
-            folder = rec.new_evaluation(task_dir, req.candidate.text,
-                                        req.current.text if req.current else None)
-            rec.finish(folder, report, report.acceptance.accepted if report.acceptance else None)
+        unsaved = _save(report, out, records, task_dir, req)
     except KgraderError as e:
         fail(e)
         return
@@ -134,7 +129,46 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
         from grader.report.render import render_report
 
         render_report(report, wide_console())
+    if unsaved:
+        _keep_unsaved(report, unsaved)
     sys.exit(exit_code(report))
+
+
+def _save(report: Report, out: Path | None, records: Path | None, task_dir: Path,
+          req: Any) -> list[str]:
+    """Write the report where asked; what failed, one message per destination (the
+    report is then printed anyway and kept by :func:`_keep_unsaved`)."""
+    failed = []
+    if out is not None:  # first: the report survives a records folder that fails
+        try:
+            _write_report(out, report)
+        except KgraderError as e:
+            failed.append(str(e))
+    if records is not None:
+        from grader.records import Records
+
+        try:
+            rec = Records(records)
+            folder = rec.new_evaluation(task_dir, req.candidate.text,
+                                        req.current.text if req.current else None)
+            rec.finish(folder, report, report.acceptance.accepted if report.acceptance else None)
+        except (KgraderError, OSError) as e:
+            failed.append(f"--records {records}: cannot record the evaluation: {e}")
+    return failed
+
+
+def _keep_unsaved(report: Report, unsaved: list[str]) -> None:
+    """The grade is done but a destination refused it: it is on stdout already; keep it
+    in a fallback file too, say both paths, exit 2 (docs/cli.md, "Nothing finished is lost")."""
+    from grader.outpaths import save_unsaved, unsaved_folders
+
+    kept = save_unsaved(report.model_dump_json(indent=2).encode("utf-8"), "report")
+    where = (f"saved to {kept}" if kept is not None else
+             "no fallback file could be written either (tried "
+             + ", ".join(str(f) for f in unsaved_folders()) + ")")
+    click.echo(f"error: {'; '.join(unsaved)}; the finished report is on stdout and {where}",
+               err=True)
+    sys.exit(EXIT_ERROR)
 
 
 def _write_report(out: Path, report: Report) -> None:

@@ -1,4 +1,4 @@
-"""CLI for the static scan: ``kgrader scan`` and ``kgrader policy list|show|test``.
+"""CLI for the static scan: ``kgrader scan`` and ``kgrader policy list|show|test|diff``.
 
 Thin: parses arguments, calls :mod:`grader.scan`, prints (or ``--json``: one document).
 Exit codes: 0 nothing denied (or every corpus case as expected), 1 something denied (or a
@@ -24,7 +24,7 @@ from grader.report.render import plain
 from grader.scan import ScanResult, list_policies, load_policy, read_candidate, scan_source
 from grader.scan.allowlist import describe
 from grader.scan.corpus import CaseResult, run_corpus
-from grader.scan.policy import Rule, effective_severity
+from grader.scan.policy import Policy, Rule, effective_severity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,6 +52,8 @@ def _print_result(console: Console, path: str, result: ScanResult) -> None:
         console.print(Text.assemble(
             f"  {path}:{f.line}:{f.col}: ", Text(f"{f.severity} {f.rule}", style=style),
             plain(f": {f.message}")))
+        if f.threat:
+            console.print(Text(plain(f"      threat: {f.threat}"), style="dim"))
         if f.snippet:
             console.print(Text(plain(f"      {f.snippet}"), style="dim"))
 
@@ -67,22 +69,43 @@ def _print_result(console: Console, path: str, result: ScanResult) -> None:
 @kgrader_errors
 def scan_cmd(files: tuple[str, ...], policy_name: str | None, task_dir: Path | None,
              as_json: bool) -> None:
-    """Statically scan candidate FILES; exit 1 when any is denied."""
+    """Statically scan candidate FILES; exit 1 when any is denied.
+
+    The first line says which policy it used and why; with --task and a --policy other
+    than the task's own, a warning says the task's runs scan with the task's policy.
+    """
     source = "--policy" if policy_name else "default"
-    if policy_name is None and task_dir is not None:
+    task_policy: Policy | None = None
+    if task_dir is not None:
         from grader.task import load_task
 
-        policy_name, source = load_task(task_dir)[0].policy, f"task {task_dir}"
+        spec = load_task(task_dir)[0]
+        task_policy = load_policy(spec.policy)
+        if policy_name is None:
+            policy_name, source = spec.policy, f"task {task_dir}"
     policy = load_policy(policy_name or "default")
+    warnings = []
+    if task_policy is not None and task_policy.path != policy.path:
+        warnings.append(f"scanning with policy {policy.name!r}, but task {spec.name}'s own "
+                        f"policy is {task_policy.name!r}: its runs scan with "
+                        f"{task_policy.name!r} (kgrader policy diff {policy.name} "
+                        f"{task_policy.name} shows the difference)")
     sources = {path: read_candidate(path) for path in files}  # all usage errors first
     results = {path: scan_source(src, policy, filename=path) for path, src in sources.items()}
+    for w in warnings:
+        click.echo(f"warning: {w}", err=True)
     if as_json:
-        _dump({"policy": policy.name, "policy_from": source,
-               "denied": any(r.denied for r in results.values()),
+        _dump({"policy": policy.name, "policy_from": source, "policy_path": policy.path,
+               "task_policy": task_policy.name if task_policy is not None else None,
+               "warnings": warnings, "denied": any(r.denied for r in results.values()),
                "files": [{"file": p, **r.summary().model_dump(mode="json")}
                          for p, r in results.items()]})
     else:
         console = _console()
+        why = {"--policy": "named by --policy", "default": "the default, as neither --policy "
+               "nor --task was given; --task DIR scans as that task's runs do"}
+        console.print(Text(plain(f"policy {policy.name} ({why.get(source, source)}; "
+                                 f"{policy.path})"), style="dim"))
         for path, result in results.items():
             _print_result(console, path, result)
     sys.exit(1 if any(r.denied for r in results.values()) else 0)
@@ -147,6 +170,50 @@ def policy_show(name: str, full: bool, as_json: bool) -> None:
         console.print()
     console.print(f"{len(policy.rules)} rules: {counts['deny']} deny, {counts['warn']} warn"
                   + ("" if full else "; --full shows every matcher, --json everything"))
+
+
+@policy_group.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@kgrader_errors
+def policy_diff(a: str, b: str, as_json: bool) -> None:
+    """The rules that differ from policy A to policy B (names or .toml paths, after
+    `extends` is resolved): added, removed, severity changed (warn -> deny), parameters
+    changed; then promote_warnings, native sources and the allow-list. Exit 0 either way."""
+    from grader.scan.policy_diff import diff_policies
+
+    d = diff_policies(load_policy(a), load_policy(b))
+    if as_json:
+        _dump(d.as_json())
+        return
+    console = _console()
+    console.print(Text.assemble(Text(f"policy diff {d.a.name} -> {d.b.name}", style="bold"),
+                                f"  ({d.a.path} -> {d.b.path})"))
+    for r in d.rules:
+        if r.status == "changed":
+            what = [f"{r.severity[0]} -> {r.severity[1]}"] if r.severity_changed else []
+            what += [f"{k} changed" for k in r.parameters]
+            label, style = "changed", ("red" if r.severity[1] == "deny" and r.severity_changed
+                                       else "yellow")
+        else:
+            what = [str(r.severity[1] if r.status == "added" else r.severity[0])]
+            label, style = r.status, "green" if r.status == "added" else "red"
+        console.print(Text.assemble(Text(f"  {label:<8}", style=style), Text(r.rule, style="bold"),
+                                    f": {'; '.join(what)}"))
+        console.print(Text(plain(f"            threat: {r.threat}"), style="dim"))
+    for k, (x, y) in d.settings.items():
+        shown = (str(x).lower(), str(y).lower()) if isinstance(x, bool) else (len(x), len(y))
+        console.print(f"  setting   {k}: {shown[0]} -> {shown[1]}")
+    for part, sides in d.allowlist.items():
+        for side, sign in (("only_a", "-"), ("only_b", "+")):
+            if sides[side]:
+                console.print(plain(f"  allow-list {part}: {sign} {', '.join(sides[side])}"))
+    n = d.counts()
+    console.print("identical" if d.identical else
+                  f"{len(d.rules)} rules differ: {n['added']} added, {n['removed']} removed, "
+                  f"{n['severity_changed']} severity changed, {n['parameters_changed']} with "
+                  f"parameters changed")
 
 
 def _matchers(rule: Rule, full: bool = False) -> str:

@@ -16,7 +16,14 @@ from typing import Any
 import click
 
 from grader.backends.registry import backend_choices
-from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, json_option, kgrader_errors
+from grader.cli.common import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    check_outputs,
+    json_option,
+    kgrader_errors,
+)
 from grader.errors import UsageError
 
 TOKEN_ENV = "KGRADER_TOKEN"
@@ -80,6 +87,8 @@ def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str,
     from grader.service.config import ServiceConfig
     from grader.service.server import serve as run_server
 
+    check_outputs(dirs={"--data": data_dir})  # the store, board and secret: before any work
+
     cfg = ServiceConfig(tasks_dir=tasks_dir, data_dir=data_dir, backend=backend, device=device,
                         workers=workers, max_source_bytes=max_source_bytes,
                         max_attempts=max_attempts, retry_backoff_s=retry_backoff,
@@ -102,6 +111,7 @@ def _store(ctx: click.Context, given: Path | None) -> Any:
             raise UsageError("--db must be a postgresql:// URL")
         return Store(db)
     data_dir = given if given is not None else data_dir
+    check_outputs(dirs={"--data": data_dir})
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     return Store(data_dir / STORE_NAME)
 

@@ -78,6 +78,10 @@ class Finding(_Model):
     col: int | None = None
     snippet: str = ""
     file: str | None = None
+    threat: str | None = Field(
+        None, description="The threat family the rule stops, one line (the policy rule's "
+                          "`threat`; the allow-list's and the parser's findings have their "
+                          "own). None in reports written before it existed.")
 
 
 class ScanSummary(_Model):

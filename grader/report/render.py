@@ -59,6 +59,8 @@ def render_report(report: Report, console: Console) -> None:
     for e in report.errors:
         where = f" (line {e.line})" if e.line else ""
         say(console, (plain(f"{e.stage}/{e.code}"), "red"), f"{where}: {e.message}")
+        if e.stage == "scan" and e.detail.get("threat"):
+            say(console, f"threat: {e.detail['threat']}", indent=4)
     for w in report.warnings:
         say(console, ("warning", "yellow"), f": {w}")
     if report.correctness is not None:
@@ -86,6 +88,11 @@ def render_report(report: Report, console: Console) -> None:
         s = report.sandbox
         say(console, f"sandbox: {s.backend}, wall {s.wall_s} s, exit {s.exit_code}, "
                      f"signal {s.signal}, limit fired: {s.limit_fired or 'none'}")
+        if s.output_truncated:
+            say(console, ("output cut", "yellow"),
+                f": the sandbox printed more than the {s.limits.output_bytes} bytes kept "
+                "(--output-bytes); only the first part of stdout and stderr is in the report",
+                indent=4)
         steps = [f"{k} {v:.3g} s" for k, v in s.phases.items()
                  if k.split("_")[0] in _STEPS and isinstance(v, int | float)]
         if steps:

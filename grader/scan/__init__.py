@@ -12,10 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.astparse import parse_module
-from grader.errors import CandidateFileError
+from grader.errors import CandidateFileError, UsageError
 from grader.report.model import Finding, ScanSummary
 from grader.scan.matchers import compile_policy
-from grader.scan.policy import Policy, Rule, list_policies, load_policy, policies_dir
+from grader.scan.policy import (
+    ALLOWLIST_RULE_IDS,
+    Policy,
+    Rule,
+    list_policies,
+    load_policy,
+    policies_dir,
+)
 from grader.scan.python_ast import Walker
 
 __all__ = [
@@ -68,7 +75,25 @@ def scan_source(source: str, policy: Policy, filename: str = "<candidate>") -> S
         if gc_was_enabled:
             gc.enable()
     findings.sort(key=lambda f: (f.line or 0, f.col or 0, f.rule))
-    return ScanResult(policy.name, findings)
+    return ScanResult(policy.name, [f.model_copy(update={"threat": threat_of(policy, f.rule)})
+                                    for f in findings])
+
+
+# The threat family of the findings no policy rule names (the policy's own rules carry theirs).
+_OWN_THREATS = {
+    **dict.fromkeys(ALLOWLIST_RULE_IDS, "anything a kernel does not need: the allow-list "
+                                        "denies what it does not list"),
+    "syntax-error": "unscannable source: what does not parse cannot be checked",
+    "too-complex": "unscannable source: what cannot be analysed cannot be checked",
+}
+
+
+def threat_of(policy: Policy, rule_id: str) -> str:
+    """The one-line threat family a finding of ``rule_id`` belongs to under ``policy``."""
+    rule = policy.rule(rule_id)
+    if rule is not None:
+        return rule.threat
+    return _OWN_THREATS.get(rule_id, "a check of the scanner itself")
 
 
 def _scan(source: str, policy: Policy, filename: str) -> list[Finding]:
@@ -89,39 +114,48 @@ def _scan(source: str, policy: Policy, filename: str) -> list[Finding]:
                        source)]
 
 
-def read_candidate(path: str | Path, max_bytes: int = MAX_BYTES) -> str:
-    """Read a candidate as UTF-8 text, refusing what cannot be a Python source file."""
+def read_candidate(path: str | Path, max_bytes: int = MAX_BYTES, what: str = "candidate") -> str:
+    """Read a candidate as UTF-8 text, refusing what cannot be a Python source file.
+    ``what`` names the file in the messages (``current`` for the current best: its
+    failure is then the caller's, :class:`UsageError` code ``bad_current_file``)."""
     p = Path(path)
     if not p.exists():
-        raise CandidateFileError(f"candidate not found: {p}")
+        raise _file_error(what, f"{what} not found: {p}")
     if p.is_dir():
-        raise CandidateFileError(f"candidate is a directory: {p}")
+        raise _file_error(what, f"{what} is a directory: {p}")
     try:
         with p.open("rb") as fh:
             data = fh.read(max_bytes + 1)
     except OSError as e:
-        raise CandidateFileError(f"cannot read candidate {p}: {e.strerror or e}") from e
+        raise _file_error(what, f"cannot read {what} {p}: {e.strerror or e}") from e
     if len(data) > max_bytes:
-        raise CandidateFileError(f"candidate is larger than {max_bytes} bytes: {p}")
+        raise _file_error(what, f"{what} is larger than {max_bytes} bytes: {p}")
     if b"\x00" in data:
-        raise CandidateFileError(f"candidate is binary (contains NUL bytes): {p}")
+        raise _file_error(what, f"{what} is binary (contains NUL bytes): {p}")
     try:
         text = data.decode("utf-8-sig")  # a BOM is legal in Python source
     except UnicodeDecodeError as e:
-        raise CandidateFileError(f"candidate is not UTF-8 (byte {e.start}): {p}") from e
-    return check_source(text, str(p), max_bytes)
+        raise _file_error(what, f"{what} is not UTF-8 (byte {e.start}): {p}") from e
+    return check_source(text, str(p), max_bytes, what)
 
 
-def check_source(text: str, name: str = "<source>", max_bytes: int = MAX_BYTES) -> str:
+def _file_error(what: str, message: str) -> UsageError:
+    if what != "current":
+        return CandidateFileError(message)
+    return UsageError(message, code="bad_current_file")
+
+
+def check_source(text: str, name: str = "<source>", max_bytes: int = MAX_BYTES,
+                 what: str = "candidate") -> str:
     """The checks a candidate's text must pass however it arrived (file, tool, leaderboard)."""
     if not isinstance(text, str):
-        raise CandidateFileError(f"source must be a string, got {type(text).__name__}: {name}")
+        raise _file_error(what, f"source must be a string, got {type(text).__name__}: {name}")
     if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise CandidateFileError(f"candidate is larger than {max_bytes} bytes: {name}")
+        raise _file_error(what, f"{what} is larger than {max_bytes} bytes: {name}")
     if not text.strip():
-        raise CandidateFileError(f"candidate is empty: {name}")
+        raise _file_error(what, f"{what} is empty: {name}")
     if "\x00" in text:
-        raise CandidateFileError(f"candidate is binary (contains NUL bytes): {name}")
+        raise _file_error(what, f"{what} is binary (contains NUL bytes): {name}")
     return text
 
 

@@ -260,6 +260,9 @@ CATALOGUE: tuple[Code, ...] = (
     _host("bad_candidate_file", ("candidate",),
           "The candidate file is missing, empty, binary, not UTF-8 or too large.",
           "Give a readable UTF-8 source file."),
+    _host("bad_current_file", _U,
+          "The current best's file (--current) is missing, empty, binary, not UTF-8 or too "
+          "large.", "Give the current best's readable UTF-8 source file."),
     _host("bad_policy", _U, "The policy file is malformed or names something unknown.",
           "Fix the policy file (policies/ has examples)."),
     _host("bad_output_path", _U, "An output path is unsafe or not a plain folder.",
