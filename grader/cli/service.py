@@ -9,6 +9,8 @@ graded (a refusal, an unreachable server, a job ``failed`` by the infrastructure
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,14 @@ from typing import Any
 import click
 
 from grader.backends.registry import backend_choices
-from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, json_option, kgrader_errors
+from grader.cli.common import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    STOP_SIGNALS,
+    json_option,
+    kgrader_errors,
+)
 from grader.errors import UsageError
 
 TOKEN_ENV = "KGRADER_TOKEN"
@@ -37,7 +46,8 @@ def register(cli: click.Group) -> None:
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=Path("kgrader-service"),
               show_default=True, help="The store (queue, results, tokens), board and secret.")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="TCP port (0: any free one; the startup line says which).")
 @click.option("--backend", type=click.Choice(backend_choices()), default="auto", show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto",
               show_default=True)
@@ -65,13 +75,18 @@ def register(cli: click.Group) -> None:
 @click.option("--ray-address", default=None,
               help="Grade on this running Ray cluster (HOST:PORT or auto): one worker per GPU "
                    "of the cluster, or --workers (default half its CPUs); each job a Ray task.")
+@click.option("--json", "as_json", is_flag=True,
+              help="The startup and shutdown lines as JSON lines on stdout (errors: one "
+                   "error document).")
 @click.pass_context
 @kgrader_errors
 def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str, port: int,
           backend: str, device: str, workers: int | None, max_source_bytes: int,
           max_attempts: int, retry_backoff: float, read_per_min: float, board_refresh: int,
-          seed_secret: Path | None, warm: int, db: str | None, ray_address: str | None) -> None:
-    """Serve the grading API and the live board (until SIGINT/SIGTERM)."""
+          seed_secret: Path | None, warm: int, db: str | None, ray_address: str | None,
+          as_json: bool) -> None:
+    """Serve the grading API and the live board (until SIGINT/SIGTERM: a clean stop, exit
+    130/143; a job being graded goes back to the queue at the next start)."""
     ctx.obj = (data_dir, db)
     if ctx.invoked_subcommand is not None:
         return
@@ -86,8 +101,37 @@ def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str,
                         read_per_min=read_per_min,
                         board_refresh_s=board_refresh, seed_secret=seed_secret, db=db,
                         warm=warm, ray_address=ray_address)
-    click.echo(f"kgrader serve: http://{host}:{port}/ (board at /board/)", err=True)
-    run_server(cfg, host, port)
+
+    def serving(url: str) -> None:
+        if as_json:
+            _json_line({"event": "serving", "url": url, "board": url + "board/",
+                        "pid": os.getpid()})
+        else:
+            click.echo(f"kgrader serve: serving at {url} (board at {url}board/); "
+                       "Ctrl-C or SIGTERM stops it", err=True)
+
+    stopped = run_server(cfg, host, port, serving)
+    for sig in STOP_SIGNALS:  # the last clean-up is not itself interrupted
+        signal.signal(sig, signal.SIG_IGN)
+    from grader.backends.stop import kill_own, reclaim_own
+
+    kill_own()
+    reclaim_own()
+    name, code = signal.Signals(stopped.signum).name, 128 + stopped.signum
+    if as_json:
+        _json_line({"event": "stopped", "signal": name, "exit_code": code,
+                    "stop_s": round(stopped.seconds, 2),
+                    "requeued_at_next_start": stopped.running})
+    else:
+        left = (f"; {stopped.running} job(s) being graded go back to the queue at the next "
+                "start" if stopped.running else "")
+        click.echo(f"kgrader serve: stopped on {name} in {stopped.seconds:.1f} s{left}", err=True)
+    sys.exit(code)
+
+
+def _json_line(doc: dict[str, Any]) -> None:
+    click.echo(json.dumps(doc))
+    sys.stdout.flush()
 
 
 def _store(ctx: click.Context, given: Path | None) -> Any:

@@ -26,6 +26,7 @@ import hmac
 import json
 import re
 import secrets
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -38,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from grader.backends.stop import request_stop
 from grader.report.model import Report
 from grader.report.redact import facts_for, redact
 from grader.service import pages
@@ -65,6 +67,16 @@ class Service:
         self.max_source_bytes, self.max_request_bytes = max_source_bytes, max_request_bytes
         self.read_per_min, self.board_refresh_s = read_per_min, board_refresh_s
         self.limiter = RateLimiter()
+        self.stopping = threading.Event()  # a stop signal arrived: event streams end
+
+    def begin_stop(self) -> None:
+        """A stop signal arrived (called from the signal handler): the workers claim and
+        record nothing more, every sandbox of this process is killed
+        (:func:`grader.backends.stop.request_stop`: a job being graded goes back to the
+        queue at the next start), and open event streams end."""
+        self.stopping.set()
+        self.workers.halt()
+        request_stop()
 
     async def caller(self, request: Request) -> TokenRow:
         row = await run_in_threadpool(authenticate, self.store,
@@ -214,7 +226,7 @@ async def events(request: Request) -> Response:
             if idle >= 15.0:
                 idle = 0.0
                 yield b": keep-alive\n\n"
-            if await request.is_disconnected():
+            if svc.stopping.is_set() or await request.is_disconnected():
                 return
             await asyncio.sleep(0.25)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,12 +169,20 @@ class Workers:
         """What ``/v1/health`` adds about the workers (nothing, here)."""
         return {}
 
-    def stop(self, timeout: float = 2.0) -> None:
-        """No new claims; a job being graded is left ``running`` (the next start re-runs it)."""
+    def halt(self) -> None:
+        """No new claims, and a job graded from now on is not recorded: it stays
+        ``running`` and the next start re-runs it (a stop signal calls this before the
+        sandboxes are killed, so a killed sandbox is never taken for a result)."""
         self._stop.set()
         self._wake.set()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """:meth:`halt`, then wait at most ``timeout`` seconds in all for the threads (they
+        are daemons: one still unwinding a killed sandbox does not hold the exit)."""
+        self.halt()
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(deadline - time.monotonic(), 0.0))
 
     def _loop(self, slot: Slot) -> None:
         while not self._stop.is_set():

@@ -290,6 +290,9 @@ CATALOGUE: tuple[Code, ...] = (
           "Wait for it to finish."),
     _host("state_schema", _U, "The leaderboard state is of another version.",
           "Use a fresh state or the kgrader that made it."),
+    _host("address_unavailable", _U, "`kgrader serve` cannot listen on --host:--port: the port "
+          "is in use, the address is not this machine's, or it is a privileged port.",
+          "Stop what holds the port, or pick another --port (0: any free one)."),
     _host("interrupted", _U, "The command was stopped by SIGINT or SIGTERM.",
           "Run it again."),
     _host("infrastructure", _I, "kgrader or the machine failed.", "Read the message; retry."),
