@@ -6,7 +6,8 @@
   counts per state, claims and grades in total;
 * ``POST /v1/submissions`` ``{"task", "mode", "source", "label"?}`` -- 201 with the job
   and its private ``view_url`` (shown once);
-* ``GET /v1/submissions`` -- the token's jobs (an operator's: every job);
+* ``GET /v1/submissions`` -- the token's jobs (an operator's: every job, with its owner);
+* ``POST /v1/submissions/{id}/cancel`` -- cancel a queued or running job;
 * ``GET /v1/submissions/{id}`` -- one job; ``/events`` -- its events as server-sent
   events (``Last-Event-ID`` resumes); ``/report`` -- the job and its report (the
   candidate-facing copy for a submitter, the full one for an operator);
@@ -184,16 +185,46 @@ async def submit(request: Request) -> Response:
     return JSONResponse({**job.public(), "view_url": f"/r/{job.id}/{key}"}, status_code=201)
 
 
+def _owners(store: Store) -> dict[str, str]:
+    return {t.id: t.name for t in store.tokens()}
+
+
 async def list_jobs(request: Request) -> Response:
+    """The token's jobs; an operator's: every job, each with its ``owner`` (token name)."""
     svc: Service = request.app.state.svc
     row = await svc.caller(request)
-    jobs = await run_in_threadpool(svc.store.jobs, None if row.role == "operator" else row.id)
-    return JSONResponse({"submissions": [j.public() for j in jobs]})
+    if row.role != "operator":
+        jobs = await run_in_threadpool(svc.store.jobs, row.id)
+        return JSONResponse({"submissions": [j.public() for j in jobs]})
+    jobs = await run_in_threadpool(svc.store.jobs, None)
+    names = await run_in_threadpool(_owners, svc.store)
+    return JSONResponse({"submissions": [{**j.public(), "owner": names.get(j.token_id, "?")}
+                                         for j in jobs]})
 
 
 async def get_job(request: Request) -> Response:
-    _, job = await request.app.state.svc.owned_job(request)
-    return JSONResponse(job.public())
+    svc: Service = request.app.state.svc
+    row, job = await svc.owned_job(request)
+    if row.role != "operator":
+        return JSONResponse(job.public())
+    names = await run_in_threadpool(_owners, svc.store)
+    return JSONResponse({**job.public(), "owner": names.get(job.token_id, "?")})
+
+
+async def cancel(request: Request) -> Response:
+    """Cancel a queued job (never graded), or a running one (its grade is not recorded);
+    a finished one is 409 ``already_finished``."""
+    svc: Service = request.app.state.svc
+    row, job = await svc.owned_job(request)
+    who = "an operator" if row.role == "operator" and row.id != job.token_id else "its submitter"
+    was, now = await run_in_threadpool(svc.store.cancel, job.id, f"cancelled by {who}")
+    if not now:
+        raise ApiError(409, "already_finished", f"submission {job.id} is {was}: only a queued "
+                       "or running one can be cancelled")
+    log.info("service_cancelled", job=job.id, token=row.name, was=was)
+    after = await run_in_threadpool(svc.store.job, job.id)
+    assert after is not None
+    return JSONResponse({"submission": after.public(), "was": was})
 
 
 async def get_report(request: Request) -> Response:
@@ -329,6 +360,7 @@ def make_app(svc: Service) -> Starlette:
         Route("/v1/submissions/{job_id}", get_job),
         Route("/v1/submissions/{job_id}/events", events),
         Route("/v1/submissions/{job_id}/report", get_report),
+        Route("/v1/submissions/{job_id}/cancel", cancel, methods=["POST"]),
         Route("/r/{job_id}/{key}", view),
         Route("/board/", board),
         Route("/board/{name:path}", board),

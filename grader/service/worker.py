@@ -9,6 +9,7 @@ count.
 What a job's mode grades (the server's own copy of the task, never a client's path):
 
 * ``run``: compile, correctness (tune and hidden shapes), benchmark -- ``kgrader run``;
+* ``test``: compile and correctness only, no benchmark (popcorn's ``--mode test``);
 * ``bench``: the same, paired with the task's trusted reference (``bench_kernel``);
 * ``accept``: paired, interleaved against the task's current best on this server; an
   accepted candidate becomes the best (with no best yet: accepted when it passes);
@@ -44,7 +45,7 @@ from grader.service.store import BestChanged, Claimed, Store
 from grader.task import TaskSpec, load_task
 
 log = structlog.get_logger("kgrader.service")
-MODES = ("run", "bench", "accept", "leaderboard")
+MODES = ("run", "test", "bench", "accept", "leaderboard")
 MAX_RETRY_DELAY_S = 300.0
 Grader = Callable[[EvalRequest], Report]
 
@@ -105,6 +106,8 @@ def build_request(mode: str, source: str, task: ServiceTask, slot: Slot, job_id:
               "device": slot.device, "gpu_ids": slot.gpu_ids}
     if mode == "run":
         return EvalRequest(task=task.spec, **common)
+    if mode == "test":
+        return EvalRequest(task=task.spec, stages=("compile", "correctness"), **common)
     if mode == "bench":
         return EvalRequest(task=task.spec, current=ref, current_trusted=True,
                            **common)
@@ -119,13 +122,16 @@ def build_request(mode: str, source: str, task: ServiceTask, slot: Slot, job_id:
 
 
 def verdict(mode: str, report: Report) -> str:
-    """The job's one-word verdict: ``passed``/``failed`` (run, bench), ``accepted``/
+    """The job's one-word verdict: ``passed``/``failed`` (run, test, bench), ``accepted``/
     ``rejected``/``failed`` (accept), the leaderboard's (``ok``, ``failed``, ``anomaly``,
     ``disqualified``)."""
     passed = (not report.errors and report.correctness is not None
               and report.correctness.passed and report.timing is not None)
     if mode == "leaderboard":
         return classify(report)[0]
+    if mode == "test":
+        correct = report.correctness is not None and report.correctness.passed
+        return "passed" if not report.errors and correct else "failed"
     if mode == "accept":
         if not passed:
             return "failed"
