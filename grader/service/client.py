@@ -15,7 +15,7 @@ from typing import Any
 
 import requests
 
-from grader.errors import InfrastructureError, KgraderError, UsageError
+from grader.errors import InfrastructureError, UsageError
 from grader.scan import read_candidate
 from sandbox.contract.codes import BY_NAME
 
@@ -37,8 +37,9 @@ class ServiceUnreachable(InfrastructureError):
     code = "service_unreachable"
 
 
-class NotFinished(KgraderError):
-    """The submission is still queued or running (the CLI exits 75: ask again later)."""
+class NotFinished(InfrastructureError):
+    """The submission is still queued or running after the wait's timeout (the CLI exits 75:
+    ask again later; an agent tool's result: the infrastructure's, nothing was graded)."""
 
     code = "not_finished"
 
@@ -135,13 +136,17 @@ class Client:
         return self._json("POST", f"/v1/submissions/{job_id}/cancel")
 
     def events(self, job_id: str, after: int = 0,
-               on_event: Callable[[int, str, dict[str, Any]], None] | None = None) -> int:
-        """Follow the job's event stream from after event ``after`` until its final event
-        or the stream's end; the last event id seen (``on_event`` gets each event)."""
+               on_event: Callable[[int, str, dict[str, Any]], None] | None = None,
+               until: float | None = None) -> int:
+        """Follow the job's event stream from after event ``after`` until its final event,
+        the stream's end or the ``until`` (monotonic) time; the last event id seen
+        (``on_event`` gets each event)."""
         headers = {**self.headers, "Last-Event-ID": str(after)}
+        left = None if until is None else until - time.monotonic()
+        read = self.timeout if left is None else max(min(self.timeout, left + 0.1), 0.2)
         try:
             r = self.session.get(self.base + f"/v1/submissions/{job_id}/events", headers=headers,
-                                 timeout=self.timeout, stream=True)
+                                 timeout=(self.timeout, read), stream=True)
             if r.status_code >= 400:
                 r.close()
                 self._call("GET", f"/v1/submissions/{job_id}")  # the refusal, typed
@@ -160,7 +165,11 @@ class Client:
                             on_event(seq, kind, json.loads(line[6:]))
                         if kind in FINAL:
                             break
+                    if until is not None and time.monotonic() > until:
+                        break
         except requests.RequestException as e:
+            if until is not None and time.monotonic() >= until - 0.05:
+                return after  # the read timed out at the wait's own deadline: no lost server
             raise ServiceUnreachable(f"cannot reach {self.base}: {_why(e)}") from None
         except ValueError:
             raise ServiceUnreachable(f"{self.base} sent an event that is not JSON") from None
@@ -203,7 +212,7 @@ class Client:
 
         while True:
             try:
-                seen = self.events(job_id, seen, on_event)
+                seen = self.events(job_id, seen, on_event, until=deadline)
                 job = self.job(job_id)
                 back()
                 if job["state"] in FINAL:

@@ -335,7 +335,7 @@ CATALOGUE: tuple[Code, ...] = (
          "Pick one of the server's tasks."),
     _api("bad_candidate", "The source is empty, not Unicode text or holds a NUL (HTTP 422).",
          "Send the kernel's UTF-8 source."),
-    _host("not_finished", _U, "The submission has no result yet: the API's HTTP 409, the "
+    _host("not_finished", ("usage", "infrastructure"), "The submission has no result yet: the API's HTTP 409, the "
           "client's exit 75 (`kgrader report` on a queued or running job, `kgrader submit` "
           "whose --timeout ran out).", "Ask again later: `kgrader status ID` follows it.",
           ("host", "api")),

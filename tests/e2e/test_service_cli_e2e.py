@@ -207,3 +207,10 @@ def test_ctrl_c_cancel_report_tasks_test_mode_status_and_the_owner_column(
     assert unreachable.returncode == 2 and "Max retries" not in unreachable.stderr
     assert unreachable.stderr.startswith("infrastructure error: cannot reach http://127.0.0.1:1: "
                                          "connection refused")
+    # `--timeout` ran out: exit 75, the job goes on (here: cancelled so it costs nothing more).
+    late = _kgrader("submit", "--server", server.url, "--timeout", "0.5", TASK.name, GOOD,
+                    token=tok)
+    assert late.returncode == EXIT_PENDING, late.stderr
+    assert "did not finish in 0.5 s" in late.stderr and "kgrader cancel" in late.stderr
+    late_id = late.stderr.split()[1]
+    assert _kgrader("cancel", "--server", server.url, late_id, token=tok).returncode == 0
