@@ -7,7 +7,8 @@ empty, binary, not UTF-8, too large: the same under ``run``, ``scan`` and ``tool
 ``error:`` (or ``infrastructure error:``) line on stderr, never a traceback; 130
 interrupted by SIGINT, 143 by SIGTERM (128 + the signal, the shell's convention), after
 every sandbox, container and worker the command started was stopped and its folders
-removed, with one ``interrupted:`` line on stderr.
+removed, with one ``interrupted:`` line on stderr; 75 (the service's client only) the
+submission has not finished yet.
 
 With ``--json`` (every command has it) stdout holds exactly one JSON document: the
 command's result, or on a failure that has no result :func:`error_document`
@@ -29,10 +30,12 @@ import click
 from grader.errors import CandidateFileError, InfrastructureError, KgraderError
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+EXIT_PENDING = 75  # the service's client: the submission has not finished yet (EX_TEMPFAIL)
 EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 F = TypeVar("F", bound=Callable[..., Any])
 _received: list[int] = []
+_interrupt_note: list[str] = []
 
 
 def error_origin(err: BaseException | str) -> str:
@@ -152,6 +155,12 @@ def received_stop() -> Interrupted | None:
     return Interrupted(_received[0]) if _received else None
 
 
+def on_interrupt_say(note: str) -> None:
+    """What this command's ``interrupted:`` line says (instead of the sandbox clean-up):
+    for a command that starts no sandbox, e.g. a client waiting on a server."""
+    _interrupt_note.append(note)
+
+
 def exit_interrupted(e: Interrupted) -> NoReturn:
     """After :class:`Interrupted` unwound: remove what is still this process's, say so in
     one line, exit 128 + the signal."""
@@ -162,7 +171,8 @@ def exit_interrupted(e: Interrupted) -> NoReturn:
     kill_own()
     left = reclaim_own()
     note = f"; removed {left} item(s) the stop cut short" if left else ""
-    message = (f"interrupted: {e.name}; stopped every sandbox this command started and "
+    message = (f"interrupted: {e.name}; " + _interrupt_note[-1] if _interrupt_note else
+               f"interrupted: {e.name}; stopped every sandbox this command started and "
                f"removed its folders{note}")
     click.echo(message, err=True)
     if json_requested() or "--json" in sys.argv[1:]:

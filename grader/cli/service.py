@@ -1,14 +1,19 @@
 """``kgrader serve`` (and ``serve token add|list|revoke``), ``kgrader submit``, ``status``,
-``report``: the grading service and its client (docs/service.md).
+``report``, ``tasks``, ``cancel``: the grading service and its client (docs/service.md).
 
 The client's exit codes are ``kgrader run``'s: 0 the submission passed (``accepted``
 for accept, ``ok`` for a leaderboard entry), 1 it failed or was rejected, 2 nothing was
-graded (a refusal, an unreachable server, a job ``failed`` by the infrastructure).
+graded (a refusal, an unreachable server, a job ``failed`` by the infrastructure or
+cancelled), and 75 the submission has not finished yet (``report`` on a queued or running
+job, ``submit`` whose ``--timeout`` ran out).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,11 +25,16 @@ from grader.cli.common import (
     EXIT_ERROR,
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_PENDING,
+    STOP_SIGNALS,
     check_outputs,
+    emit_error,
     json_option,
     kgrader_errors,
+    on_interrupt_say,
 )
 from grader.errors import UsageError
+from grader.outpaths import OutputPathError
 
 TOKEN_ENV = "KGRADER_TOKEN"
 SERVER_ENV = "KGRADER_SERVER"
@@ -33,8 +43,8 @@ PASSED = ("passed", "accepted", "ok")
 
 
 def register(cli: click.Group) -> None:
-    """Add ``serve``, ``submit``, ``status`` and ``report`` to ``cli``."""
-    for cmd in (serve, submit, status, report):
+    """Add ``serve``, ``submit``, ``status``, ``report``, ``tasks`` and ``cancel``."""
+    for cmd in (serve, submit, status, report, tasks, cancel):
         cli.add_command(cmd)
 
 
@@ -44,7 +54,8 @@ def register(cli: click.Group) -> None:
 @click.option("--data", "data_dir", type=click.Path(path_type=Path), default=Path("kgrader-service"),
               show_default=True, help="The store (queue, results, tokens), board and secret.")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="TCP port (0: any free one; the startup line says which).")
 @click.option("--backend", type=click.Choice(backend_choices()), default="auto", show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto",
               show_default=True)
@@ -72,13 +83,18 @@ def register(cli: click.Group) -> None:
 @click.option("--ray-address", default=None,
               help="Grade on this running Ray cluster (HOST:PORT or auto): one worker per GPU "
                    "of the cluster, or --workers (default half its CPUs); each job a Ray task.")
+@click.option("--json", "as_json", is_flag=True,
+              help="The startup and shutdown lines as JSON lines on stdout (errors: one "
+                   "error document).")
 @click.pass_context
 @kgrader_errors
 def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str, port: int,
           backend: str, device: str, workers: int | None, max_source_bytes: int,
           max_attempts: int, retry_backoff: float, read_per_min: float, board_refresh: int,
-          seed_secret: Path | None, warm: int, db: str | None, ray_address: str | None) -> None:
-    """Serve the grading API and the live board (until SIGINT/SIGTERM)."""
+          seed_secret: Path | None, warm: int, db: str | None, ray_address: str | None,
+          as_json: bool) -> None:
+    """Serve the grading API and the live board (until SIGINT/SIGTERM: a clean stop, exit
+    130/143; a job being graded goes back to the queue at the next start)."""
     ctx.obj = (data_dir, db)
     if ctx.invoked_subcommand is not None:
         return
@@ -95,8 +111,37 @@ def serve(ctx: click.Context, tasks_dir: Path | None, data_dir: Path, host: str,
                         read_per_min=read_per_min,
                         board_refresh_s=board_refresh, seed_secret=seed_secret, db=db,
                         warm=warm, ray_address=ray_address)
-    click.echo(f"kgrader serve: http://{host}:{port}/ (board at /board/)", err=True)
-    run_server(cfg, host, port)
+
+    def serving(url: str) -> None:
+        if as_json:
+            _json_line({"event": "serving", "url": url, "board": url + "board/",
+                        "pid": os.getpid()})
+        else:
+            click.echo(f"kgrader serve: serving at {url} (board at {url}board/); "
+                       "Ctrl-C or SIGTERM stops it", err=True)
+
+    stopped = run_server(cfg, host, port, serving)
+    for sig in STOP_SIGNALS:  # the last clean-up is not itself interrupted
+        signal.signal(sig, signal.SIG_IGN)
+    from grader.backends.stop import kill_own, reclaim_own
+
+    kill_own()
+    reclaim_own()
+    name, code = signal.Signals(stopped.signum).name, 128 + stopped.signum
+    if as_json:
+        _json_line({"event": "stopped", "signal": name, "exit_code": code,
+                    "stop_s": round(stopped.seconds, 2),
+                    "requeued_at_next_start": stopped.running})
+    else:
+        left = (f"; {stopped.running} job(s) being graded go back to the queue at the next "
+                "start" if stopped.running else "")
+        click.echo(f"kgrader serve: stopped on {name} in {stopped.seconds:.1f} s{left}", err=True)
+    sys.exit(code)
+
+
+def _json_line(doc: dict[str, Any]) -> None:
+    click.echo(json.dumps(doc))
+    sys.stdout.flush()
 
 
 def _store(ctx: click.Context, given: Path | None) -> Any:
@@ -205,7 +250,8 @@ def _print_result(result: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result))
         return
-    click.echo(f"submission {job['id']}: {job['state']}, verdict {job['verdict']}"
+    click.echo(f"submission {job['id']}: {job['state']}"
+               + (f", verdict {job['verdict']}" if job.get("verdict") is not None else "")
                + (f" ({job['error']})" if job.get("error") else ""))
     if rep is not None:
         from rich.console import Console
@@ -217,37 +263,87 @@ def _print_result(result: dict[str, Any], as_json: bool) -> None:
 
 
 def _exit(job: dict[str, Any]) -> None:
+    if job["state"] in ("queued", "running"):
+        sys.exit(EXIT_PENDING)
     if job["state"] != "done":
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_OK if job["verdict"] in PASSED else EXIT_FAILED)
+
+
+def pending_exits(func: Any) -> Any:
+    """A submission that has not finished yet exits 75 (docs/cli.md), its line as every
+    error's; the other kgrader errors exit 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from grader.service.client import NotFinished
+
+        try:
+            return func(*args, **kwargs)
+        except NotFinished as e:
+            emit_error(e, exit_code=EXIT_PENDING)
+
+    return kgrader_errors(wrapper)
+
+
+def _say(line: str) -> None:
+    click.echo(f"kgrader: {line}", err=True)
+
+
+def _keeps_running(job_id: str) -> str:
+    return (f"submission {job_id} keeps running on the server (nothing was stopped): "
+            f"`kgrader status {job_id}` follows it, `kgrader report {job_id}` prints its "
+            f"report, `kgrader cancel {job_id}` cancels it")
+
+
+def _write_output(output: Path, result: dict[str, Any]) -> None:
+    try:
+        output.write_text(json.dumps(result, indent=2) + "\n")
+    except OSError as e:
+        emit_error(OutputPathError(f"cannot write --output {output}: {e.strerror or e}; the "
+                                   "result was printed on stdout"), as_json=False)
 
 
 @click.command()
 @server_options
 @click.argument("task")
 @click.argument("candidate", type=click.Path(path_type=Path))
-@click.option("--mode", type=click.Choice(["run", "bench", "accept", "leaderboard"]),
-              default="run", show_default=True)
+@click.option("--mode", type=click.Choice(["run", "test", "bench", "accept", "leaderboard"]),
+              default="run", show_default=True,
+              help="test: compile and correctness only, no benchmark.")
 @click.option("--label", default="", help="A name for a leaderboard entry (letters, digits, _.-).")
 @click.option("--no-wait", is_flag=True, help="Print the queued job and return.")
-@click.option("--timeout", type=float, default=3600.0, show_default=True,
-              help="Seconds to wait for the report.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=3600.0,
+              show_default=True, help="Seconds to wait for the report (then exit 75: the job "
+                                      "goes on on the server).")
+@click.option("--reconnect", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="Seconds a waiting submit keeps trying a server that went away (restarted).")
+@click.option("--output", type=click.Path(path_type=Path),
+              help="Also write the result (submission, report, view URL) to this JSON file.")
 @json_option
-@kgrader_errors
+@pending_exits
 def submit(server: str, token: str | None, task: str, candidate: Path, mode: str, label: str,
-           no_wait: bool, timeout: float, as_json: bool) -> None:
+           no_wait: bool, timeout: float, reconnect: float, output: Path | None,
+           as_json: bool) -> None:
     """Submit CANDIDATE for TASK (a task the server names) and print its report."""
+    check_outputs(files={"--output": output})
     c = _client(server, token)
+    on_interrupt_say("the submission may have been queued before the stop: `kgrader status` "
+                     "lists yours")
     job = c.submit_file(task, candidate, mode, label)
+    view = server.rstrip("/") + job["view_url"]
+    on_interrupt_say(_keeps_running(job["id"]))
     if no_wait:
-        click.echo(json.dumps(job) if as_json else
-                   f"submission {job['id']} queued; view: {server.rstrip('/')}{job['view_url']}")
+        if output is not None:
+            _write_output(output, {"submission": job, "report": None, "view_url": view})
+        click.echo(json.dumps(job) if as_json else f"submission {job['id']} queued; view: {view}")
         return
     if not as_json:
-        click.echo(f"submission {job['id']} queued; view: {server.rstrip('/')}{job['view_url']}",
-                   err=True)
-    result = {**c.wait(job["id"], timeout), "view_url": server.rstrip("/") + job["view_url"]}
+        click.echo(f"submission {job['id']} queued; view: {view}", err=True)
+    result = {**c.wait(job["id"], timeout, say=_say, reconnect_s=reconnect), "view_url": view}
     _print_result(result, as_json)
+    if output is not None:
+        _write_output(output, result)
     _exit(result["submission"])
 
 
@@ -257,14 +353,17 @@ def submit(server: str, token: str | None, task: str, candidate: Path, mode: str
 @json_option
 @kgrader_errors
 def status(server: str, token: str | None, job_id: str | None, as_json: bool) -> None:
-    """A submission's state (without JOB_ID: this token's submissions)."""
+    """A submission's state (without JOB_ID: this token's submissions; an operator's: every
+    submission, with its owner). --json: the job, or ``{"submissions": [...]}``."""
     c = _client(server, token)
     jobs = [c.job(job_id)] if job_id else c.jobs()
     if as_json:
-        click.echo(json.dumps(jobs[0] if job_id else jobs))
+        click.echo(json.dumps(jobs[0] if job_id else {"submissions": jobs}))
         return
+    owners = any("owner" in j for j in jobs)
     for j in jobs:
-        click.echo(f"{j['id']}  {j['task']:<20} {j['mode']:<11} {j['state']:<8} "
+        who = f"{j.get('owner', ''):<16} " if owners else ""
+        click.echo(f"{j['id']}  {who}{j['task']:<20} {j['mode']:<11} {j['state']:<9} "
                    f"{j['verdict'] or ''}")
 
 
@@ -272,10 +371,48 @@ def status(server: str, token: str | None, job_id: str | None, as_json: bool) ->
 @server_options
 @click.argument("job_id")
 @json_option
-@kgrader_errors
+@pending_exits
 def report(server: str, token: str | None, job_id: str, as_json: bool) -> None:
-    """A finished submission's report (exit code as ``kgrader run``'s)."""
+    """A submission's report (exit code as ``kgrader run``'s; 75 while it is queued or
+    running; 2 when cancelled or failed by the infrastructure)."""
     result = _client(server, token).report(job_id)
+    job = result["submission"]
+    if job["state"] in ("queued", "running"):
+        if as_json:
+            click.echo(json.dumps(result))
+        else:
+            attempt = f" (attempt {job['attempts']})" if job["state"] == "running" else ""
+            click.echo(f"submission {job_id}: {job['state']}{attempt}, no report yet", err=True)
+            _say(f"`kgrader status {job_id}` follows it; exit {EXIT_PENDING}: ask again later")
+        sys.exit(EXIT_PENDING)
     _print_result(result, as_json)
-    _exit(result["submission"])
+    _exit(job)
 
+
+@click.command("tasks")
+@server_options
+@json_option
+@kgrader_errors
+def tasks(server: str, token: str | None, as_json: bool) -> None:
+    """The tasks the server grades, and the modes it takes."""
+    listed = _client(server, token).tasks()
+    if as_json:
+        click.echo(json.dumps({"tasks": listed}))
+        return
+    for t in listed:
+        click.echo(f"{t['name']:<28} {t.get('description') or ''}".rstrip())
+
+
+@click.command()
+@server_options
+@click.argument("job_id")
+@json_option
+@kgrader_errors
+def cancel(server: str, token: str | None, job_id: str, as_json: bool) -> None:
+    """Cancel a queued submission (never graded) or a running one (its grade is not
+    recorded); a finished one is refused (already_finished)."""
+    out = _client(server, token).cancel(job_id)
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    click.echo(f"submission {job_id}: cancelled (it was {out['was']})")

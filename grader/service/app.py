@@ -6,7 +6,8 @@
   counts per state, claims and grades in total;
 * ``POST /v1/submissions`` ``{"task", "mode", "source", "label"?}`` -- 201 with the job
   and its private ``view_url`` (shown once);
-* ``GET /v1/submissions`` -- the token's jobs (an operator's: every job);
+* ``GET /v1/submissions`` -- the token's jobs (an operator's: every job, with its owner);
+* ``POST /v1/submissions/{id}/cancel`` -- cancel a queued or running job;
 * ``GET /v1/submissions/{id}`` -- one job; ``/events`` -- its events as server-sent
   events (``Last-Event-ID`` resumes); ``/report`` -- the job and its report (the
   candidate-facing copy for a submitter, the full one for an operator);
@@ -27,6 +28,7 @@ import hmac
 import json
 import re
 import secrets
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -39,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from grader.backends.stop import request_stop
 from grader.report.model import Report
 from grader.report.redact import facts_for, redact
 from grader.service import pages
@@ -66,6 +69,16 @@ class Service:
         self.max_source_bytes, self.max_request_bytes = max_source_bytes, max_request_bytes
         self.read_per_min, self.board_refresh_s = read_per_min, board_refresh_s
         self.limiter = RateLimiter()
+        self.stopping = threading.Event()  # a stop signal arrived: event streams end
+
+    def begin_stop(self) -> None:
+        """A stop signal arrived (called from the signal handler): the workers claim and
+        record nothing more, every sandbox of this process is killed
+        (:func:`grader.backends.stop.request_stop`: a job being graded goes back to the
+        queue at the next start), and open event streams end."""
+        self.stopping.set()
+        self.workers.halt()
+        request_stop()
 
     async def caller(self, request: Request) -> TokenRow:
         row = await run_in_threadpool(authenticate, self.store,
@@ -173,16 +186,46 @@ async def submit(request: Request) -> Response:
     return JSONResponse({**job.public(), "view_url": f"/r/{job.id}/{key}"}, status_code=201)
 
 
+def _owners(store: Store) -> dict[str, str]:
+    return {t.id: t.name for t in store.tokens()}
+
+
 async def list_jobs(request: Request) -> Response:
+    """The token's jobs; an operator's: every job, each with its ``owner`` (token name)."""
     svc: Service = request.app.state.svc
     row = await svc.caller(request)
-    jobs = await run_in_threadpool(svc.store.jobs, None if row.role == "operator" else row.id)
-    return JSONResponse({"submissions": [j.public() for j in jobs]})
+    if row.role != "operator":
+        jobs = await run_in_threadpool(svc.store.jobs, row.id)
+        return JSONResponse({"submissions": [j.public() for j in jobs]})
+    jobs = await run_in_threadpool(svc.store.jobs, None)
+    names = await run_in_threadpool(_owners, svc.store)
+    return JSONResponse({"submissions": [{**j.public(), "owner": names.get(j.token_id, "?")}
+                                         for j in jobs]})
 
 
 async def get_job(request: Request) -> Response:
-    _, job = await request.app.state.svc.owned_job(request)
-    return JSONResponse(job.public())
+    svc: Service = request.app.state.svc
+    row, job = await svc.owned_job(request)
+    if row.role != "operator":
+        return JSONResponse(job.public())
+    names = await run_in_threadpool(_owners, svc.store)
+    return JSONResponse({**job.public(), "owner": names.get(job.token_id, "?")})
+
+
+async def cancel(request: Request) -> Response:
+    """Cancel a queued job (never graded), or a running one (its grade is not recorded);
+    a finished one is 409 ``already_finished``."""
+    svc: Service = request.app.state.svc
+    row, job = await svc.owned_job(request)
+    who = "an operator" if row.role == "operator" and row.id != job.token_id else "its submitter"
+    was, now = await run_in_threadpool(svc.store.cancel, job.id, f"cancelled by {who}")
+    if not now:
+        raise ApiError(409, "already_finished", f"submission {job.id} is {was}: only a queued "
+                       "or running one can be cancelled")
+    log.info("service_cancelled", job=job.id, token=row.name, was=was)
+    after = await run_in_threadpool(svc.store.job, job.id)
+    assert after is not None
+    return JSONResponse({"submission": after.public(), "was": was})
 
 
 async def get_report(request: Request) -> Response:
@@ -215,7 +258,7 @@ async def events(request: Request) -> Response:
             if idle >= 15.0:
                 idle = 0.0
                 yield b": keep-alive\n\n"
-            if await request.is_disconnected():
+            if svc.stopping.is_set() or await request.is_disconnected():
                 return
             await asyncio.sleep(0.25)
 
@@ -320,6 +363,7 @@ def make_app(svc: Service) -> Starlette:
         Route("/v1/submissions/{job_id}", get_job),
         Route("/v1/submissions/{job_id}/events", events),
         Route("/v1/submissions/{job_id}/report", get_report),
+        Route("/v1/submissions/{job_id}/cancel", cancel, methods=["POST"]),
         Route("/r/{job_id}/{key}", view),
         Route("/board/", board),
         Route("/board/{name:path}", board),

@@ -4,7 +4,7 @@ Codes (the client and the docs read only these): ``bad_request`` (400: not JSON,
 field missing or of the wrong type), ``unauthenticated``/``bad_token`` (401),
 ``forbidden`` (403), ``not_found``/``unknown_task`` (404; a job of another token is
 ``not_found`` too, so its existence is not revealed), ``method_not_allowed`` (405),
-``not_finished`` (409), ``too_large`` (413), ``rate_limited``/``quota_exceeded`` (429,
+``not_finished``/``already_finished`` (409), ``too_large`` (413), ``rate_limited``/``quota_exceeded`` (429,
 with ``Retry-After`` where a wait helps), ``bad_candidate`` (422: the source fails the
 checks every candidate must pass), ``internal`` (500, never a traceback).
 """

@@ -25,7 +25,8 @@ def report_page(job: dict[str, Any], report: dict[str, Any] | None) -> str:
                    f"{escape('' if job.get(k) is None else str(job[k]))}</td></tr>" for k in keys)
     if report is None:
         tail = "<p>Not finished yet: this page reloads itself.</p>" \
-            if job.get("state") not in ("done", "failed") else "<p>No report.</p>"
+            if job.get("state") not in ("done", "failed", "cancelled") else \
+            ("<p>Cancelled: no report.</p>" if job.get("state") == "cancelled" else "<p>No report.</p>")
     else:
         errors = "".join(f"<li>{escape(str(e.get('stage')))} / {escape(str(e.get('code')))}: "
                          f"{escape(str(e.get('message', ''))[:500])}</li>"

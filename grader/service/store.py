@@ -1,7 +1,8 @@
 """The service's durable state: tokens, jobs, their events, bests; in one SQLite file
 (WAL) or a PostgreSQL database (:mod:`grader.service.sql`).
 
-A job moves ``queued -> running -> done | failed`` and each move is one transaction
+A job moves ``queued -> running -> done | failed`` (or to ``cancelled``, from either, by
+:meth:`Store.cancel`) and each move is one transaction
 (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: row locks), so two workers never claim the
 same job and a job finishes once: :meth:`Store.finish` only moves a job that is
 ``running`` under the attempt that claimed it. :meth:`Store.recover` (at start-up) puts
@@ -26,8 +27,8 @@ from typing import Any
 from grader.service.sql import Conn, Database, StoreError, is_url, open_database
 
 SCHEMA_VERSION = 2
-STATES = ("queued", "running", "done", "failed")
-FINAL = ("done", "failed")
+STATES = ("queued", "running", "done", "failed", "cancelled")
+FINAL = ("done", "failed", "cancelled")
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -276,7 +277,7 @@ class Store:
         transaction, provided the best is still the one it was graded against
         (``best_was``: that best's job id, "" for none); else :class:`BestChanged` and
         nothing changes. ``worker``: who graded it, when known only now (a Ray node)."""
-        if state not in FINAL:
+        if state not in ("done", "failed"):
             raise ValueError(f"not a final state: {state}")
         now = time.time()
         with self._tx() as c:
@@ -314,6 +315,24 @@ class Store:
                 _event(c, job_id, "requeued", {"why": why[:500], "delay_s": round(delay_s, 1)},
                        now)
             return cur.rowcount == 1
+
+    def cancel(self, job_id: str, why: str) -> tuple[str, bool]:
+        """Cancel a ``queued`` or ``running`` job: ``(its state before, whether this call
+        cancelled it)``; a final job is left as it is. A running job's grade, when it comes,
+        is not recorded (:meth:`finish` only moves a ``running`` job)."""
+        now = time.time()
+        with self._tx() as c:
+            r = c.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if r is None:
+                raise KeyError(job_id)
+            if r[0] in FINAL:
+                return str(r[0]), False
+            cur = c.execute("UPDATE jobs SET state = 'cancelled', finished_at = ?, error = ? "
+                            "WHERE id = ? AND state = ?", (now, why[:500], job_id, r[0]))
+            if cur.rowcount != 1:
+                return str(r[0]), False
+            _event(c, job_id, "cancelled", {"was": r[0], "why": why[:500]}, now)
+        return str(r[0]), True
 
     def recover(self) -> list[str]:
         """At start-up: every job a killed server left ``running`` goes back to the queue."""

@@ -9,6 +9,7 @@ count.
 What a job's mode grades (the server's own copy of the task, never a client's path):
 
 * ``run``: compile, correctness (tune and hidden shapes), benchmark -- ``kgrader run``;
+* ``test``: compile and correctness only, no benchmark (popcorn's ``--mode test``);
 * ``bench``: the same, paired with the task's trusted reference (``bench_kernel``);
 * ``accept``: paired, interleaved against the task's current best on this server; an
   accepted candidate becomes the best (with no best yet: accepted when it passes);
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +50,7 @@ from grader.service.store import BestChanged, Claimed, Store
 from grader.task import TaskSpec, load_task
 
 log = structlog.get_logger("kgrader.service")
-MODES = ("run", "bench", "accept", "leaderboard")  # what a client may submit
+MODES = ("run", "test", "bench", "accept", "leaderboard")  # what a client may submit
 RERUN = "rerun"  # the board's own re-run of an entry (never a client's)
 BOARD_MODES = ("leaderboard", RERUN)
 MAX_RETRY_DELAY_S = 300.0
@@ -111,6 +113,8 @@ def build_request(mode: str, source: str, task: ServiceTask, slot: Slot, job_id:
               "device": slot.device, "gpu_ids": slot.gpu_ids}
     if mode == "run":
         return EvalRequest(task=task.spec, **common)
+    if mode == "test":
+        return EvalRequest(task=task.spec, stages=("compile", "correctness"), **common)
     if mode == "bench":
         return EvalRequest(task=task.spec, current=ref, current_trusted=True,
                            **common)
@@ -126,7 +130,7 @@ def build_request(mode: str, source: str, task: ServiceTask, slot: Slot, job_id:
 
 
 def verdict(mode: str, report: Report) -> str:
-    """The job's one-word verdict: ``passed``/``failed`` (run, bench), ``accepted``/
+    """The job's one-word verdict: ``passed``/``failed`` (run, test, bench), ``accepted``/
     ``rejected``/``failed`` (accept), the leaderboard's (``ok``, ``failed``, ``anomaly``,
     ``disqualified``)."""
     passed = (not report.errors and report.correctness is not None
@@ -135,6 +139,9 @@ def verdict(mode: str, report: Report) -> str:
         return classify_rerun(report)[0]
     if mode in BOARD_MODES:
         return classify(report)[0]
+    if mode == "test":
+        correct = report.correctness is not None and report.correctness.passed
+        return "passed" if not report.errors and correct else "failed"
     if mode == "accept":
         if not passed:
             return "failed"
@@ -178,12 +185,20 @@ class Workers:
         """What ``/v1/health`` adds about the workers (nothing, here)."""
         return {}
 
-    def stop(self, timeout: float = 2.0) -> None:
-        """No new claims; a job being graded is left ``running`` (the next start re-runs it)."""
+    def halt(self) -> None:
+        """No new claims, and a job graded from now on is not recorded: it stays
+        ``running`` and the next start re-runs it (a stop signal calls this before the
+        sandboxes are killed, so a killed sandbox is never taken for a result)."""
         self._stop.set()
         self._wake.set()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """:meth:`halt`, then wait at most ``timeout`` seconds in all for the threads (they
+        are daemons: one still unwinding a killed sandbox does not hold the exit)."""
+        self.halt()
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(deadline - time.monotonic(), 0.0))
 
     def _loop(self, slot: Slot) -> None:
         while not self._stop.is_set():

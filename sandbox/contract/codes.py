@@ -299,6 +299,12 @@ CATALOGUE: tuple[Code, ...] = (
     _host("replay_mismatch", _U, "What a replay was asked to re-grade is not what was recorded "
           "(another file, task or job).",
           "Point replay at the recorded submission's file and task folder."),
+    _host("address_unavailable", _U, "`kgrader serve` cannot listen on --host:--port: the port "
+          "is in use, the address is not this machine's, or it is a privileged port.",
+          "Stop what holds the port, or pick another --port (0: any free one)."),
+    _host("service_unreachable", _I, "The grading service did not answer (refused, reset, "
+          "timed out or a 5xx), for longer than a waiting client retries.",
+          "Check --server; a submitted job is kept by the server: `kgrader status ID`."),
     _host("interrupted", _U, "The command was stopped by SIGINT or SIGTERM.",
           "Run it again."),
     _host("infrastructure", _I, "kgrader or the machine failed.", "Read the message; retry."),
@@ -338,7 +344,12 @@ CATALOGUE: tuple[Code, ...] = (
          "Pick one of the server's tasks."),
     _api("bad_candidate", "The source is empty, not Unicode text or holds a NUL (HTTP 422).",
          "Send the kernel's UTF-8 source."),
-    _api("not_finished", "The submission has no result yet (HTTP 409).", "Poll again later."),
+    _host("not_finished", ("usage", "infrastructure"), "The submission has no result yet: the API's HTTP 409, the "
+          "client's exit 75 (`kgrader report` on a queued or running job, `kgrader submit` "
+          "whose --timeout ran out).", "Ask again later: `kgrader status ID` follows it.",
+          ("host", "api")),
+    _api("already_finished", "The submission finished (or was cancelled) before it could be "
+         "cancelled (HTTP 409).", "Nothing to do: read its report."),
 )
 
 BY_NAME: dict[str, Code] = {c.name: c for c in CATALOGUE}

@@ -115,7 +115,7 @@ def test_submit_waits_for_the_real_report_and_a_wrong_candidate_exits_1(server: 
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "verdict failed" in bad.stdout
     listed = _kgrader("status", "--server", server.url, "--json", token=tok)
-    assert [j["verdict"] for j in json.loads(listed.stdout)] == ["failed", "passed"]
+    assert [j["verdict"] for j in json.loads(listed.stdout)["submissions"]] == ["failed", "passed"]
     refused = _kgrader("submit", "--server", server.url, "no_such_task",
                        str(TASK / "candidates" / "good.py"), token=tok)
     assert refused.returncode == 2 and "unknown_task" in refused.stderr

@@ -297,3 +297,41 @@ def test_an_infrastructure_failure_is_retried_after_a_growing_backoff_then_grade
     assert delays == [0.4, 0.8]
     assert [retry_delay(n, 10.0) for n in (1, 2, 3, 9)] == [10.0, 20.0, 40.0, 300.0]
     assert retry_delay(3, 0.0) == 0.0
+
+
+def test_cancel_tasks_test_mode_and_the_operators_owner_column(env: Any) -> None:
+    client, toks, store = env
+    seen.clear()
+    r = client.post("/v1/submissions", headers=_auth(toks["alice"]),
+                    json={"task": "vector_add_small", "mode": "test", "source": GOOD})
+    assert r.status_code == 201, r.text
+    tested = _wait(client, toks["alice"], r.json()["id"])
+    assert tested["mode"] == "test" and seen[-1].stages == ("compile", "correctness")
+    listed = client.get("/v1/tasks", headers=_auth(toks["alice"])).json()["tasks"]
+    assert [t["name"] for t in listed] == ["vector_add_small"] and "test" in listed[0]["modes"]
+    # A queued job is cancelled (the workers are halted so that it stays queued).
+    client.app.state.svc.workers.halt()  # type: ignore[attr-defined]
+    job = client.post("/v1/submissions", headers=_auth(toks["alice"]),
+                      json={"task": "vector_add_small", "source": GOOD}).json()
+    _error(client.post(f"/v1/submissions/{job['id']}/cancel", headers=_auth(toks["bob"])),
+           404, "not_found")  # another submitter's job does not exist for bob
+    out = client.post(f"/v1/submissions/{job['id']}/cancel", headers=_auth(toks["alice"]))
+    assert out.status_code == 200, out.text
+    assert out.json()["was"] == "queued" and out.json()["submission"]["state"] == "cancelled"
+    _error(client.post(f"/v1/submissions/{job['id']}/cancel", headers=_auth(toks["alice"])),
+           409, "already_finished")
+    _error(client.get(f"/v1/submissions/{job['id']}/cancel", headers=_auth(toks["alice"])),
+           405, "method_not_allowed")
+    kinds = [ln[7:] for ln in client.get(f"/v1/submissions/{job['id']}/events",
+                                         headers=_auth(toks["alice"])).text.splitlines()
+             if ln.startswith("event: ")]
+    assert kinds == ["queued", "cancelled"]  # the stream ends with the cancel
+    rep = client.get(f"/v1/submissions/{job['id']}/report", headers=_auth(toks["alice"]))
+    assert rep.status_code == 200 and rep.json()["report"] is None
+    own = client.get("/v1/submissions", headers=_auth(toks["alice"])).json()["submissions"]
+    assert own and all("owner" not in j for j in own)
+    every = client.get("/v1/submissions", headers=_auth(toks["ops"])).json()["submissions"]
+    assert {j["owner"] for j in every} == {"alice"}
+    one = client.get(f"/v1/submissions/{job['id']}", headers=_auth(toks["ops"])).json()
+    assert one["owner"] == "alice" and one["state"] == "cancelled"
+    assert store.counts()["cancelled"] == 1

@@ -53,7 +53,8 @@ def test_recover_requeues_running_jobs_and_never_touches_finished_ones(target: s
     # The server is killed here; a new process opens the same file.
     again = Store(path)
     assert again.recover() == [running]
-    assert again.counts() == {"queued": 2, "running": 0, "done": 1, "failed": 0}
+    assert again.counts() == {"queued": 2, "running": 0, "done": 1, "failed": 0,
+                              "cancelled": 0}
     # The old claim cannot finish the job any more (it is queued again, attempt 1 is stale).
     assert not again.finish(running, 1, state="done", verdict="passed", report_json="{}",
                             error=None)
@@ -75,7 +76,8 @@ def test_requeue_then_failed_after_the_last_attempt(target: str | Path) -> None:
     assert store.finish(jid, 2, state="failed", verdict=None, report_json=None, error="gone")
     job = store.job(jid)
     assert job is not None and job.state == "failed" and job.grades == 0
-    assert store.stats() == {"jobs": {"queued": 0, "running": 0, "done": 0, "failed": 1},
+    assert store.stats() == {"jobs": {"queued": 0, "running": 0, "done": 0, "failed": 1,
+                                     "cancelled": 0},
                              "claims": 2, "grades": 0, "max_grades_per_job": 0}
 
 
@@ -237,3 +239,29 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_jobs(target: str |
         c.execute("INSERT INTO schema_version (version) VALUES (7)")
     with pytest.raises(StoreError, match="version 7"):
         Store(target)
+
+
+def test_cancel_moves_a_queued_or_running_job_once_and_a_running_grade_is_not_recorded(
+        target: str | Path) -> None:
+    store = Store(target)
+    queued, running, done = _submit(store), _submit(store), _submit(store)
+    c_run = store.claim("w0")  # the oldest: `queued` is claimed first, so claim in order
+    assert c_run is not None and c_run.job.id == queued
+    assert store.cancel(queued, "cancelled by its submitter") == ("running", True)
+    # The worker's grade arrives after the cancel: it is not recorded, the job stays cancelled.
+    assert not store.finish(queued, 1, state="done", verdict="passed", report_json="{}",
+                            error=None)
+    assert not store.requeue(queued, 1, "x")
+    assert store.cancel(running, "cancelled by an operator") == ("queued", True)
+    assert store.claim("w0") is not None  # `done`: the cancelled queued job is never claimed
+    assert store.finish(done, 1, state="done", verdict="passed", report_json="{}", error=None)
+    assert store.claim("w1") is None
+    assert store.cancel(done, "late") == ("done", False)
+    assert store.cancel(running, "again") == ("cancelled", False)
+    job = store.job(queued)
+    assert job is not None and job.state == "cancelled" and job.grades == 0
+    assert job.error == "cancelled by its submitter"
+    assert [k for _, _, k, _ in store.events(queued)] == ["queued", "running", "cancelled"]
+    assert store.counts()["cancelled"] == 2 and store.counts()["done"] == 1
+    with pytest.raises(KeyError):
+        store.cancel("0" * 32, "x")
