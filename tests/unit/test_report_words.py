@@ -214,3 +214,29 @@ def test_ratios_and_improvement_fractions_as_words() -> None:
     # -1709%: (t_cur - t_cand) / t_cur = -17.09, i.e. t_cand = 18.09 t_cur
     assert improvement_speedup(-17.09) == pytest.approx(1 / 18.09)
     assert improvement_speedup(None) is None and improvement_speedup(1.0) is None
+
+
+# --- a wrong entry-point signature names the call the task makes -------------------------
+
+
+def test_only_a_typeerror_of_the_entry_point_itself_names_the_expected_call() -> None:
+    from grader.report.model import ReportError
+    from grader.report.summary import _name_the_signature, expected_call
+
+    spec, _ = load_task(ROOT / "examples" / "vector_add_small")
+    assert expected_call(spec) == ("launch(x, y, out): the inputs, then the preallocated "
+                                   "outputs (out), written in place")
+
+    def err(message: str, code: str = "exception") -> ReportError:
+        return ReportError(stage="compile", code=code, origin="candidate", message=message)
+
+    named = _name_the_signature(err("TypeError: launch() missing 1 required positional "
+                                    "argument: 'out'"), spec)
+    assert named.message.endswith("; the task calls launch(x, y, out): the inputs, then the "
+                                  "preallocated outputs (out), written in place")
+    assert named.detail["expected_call"] == expected_call(spec)
+    for other in (err("TypeError: add_kernel() takes 4 positional arguments but 5 were given"),
+                  err("ValueError: launch() got a bad argument"),
+                  err("TypeError: launch() takes 2 positional arguments but 3 were given",
+                      code="current_exception")):
+        assert _name_the_signature(other, spec) == other
