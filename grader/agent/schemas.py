@@ -48,7 +48,10 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
                      "dtype (cached per device and software fingerprint).", _NONE),
     "accept_candidate": ("Compare the kernel with the current best in a paired, interleaved run; "
                          "when it is faster (or is the first correct kernel) it becomes the new best. "
-                         "Returns accepted, improvementFraction, best_ms and speedup_vs_best, "
+                         "Returns accepted, verdict (in words: '1.42x faster than best.py "
+                         "(98% CI 1.38-1.46), accepted'), improvementFraction (the report's "
+                         "improvement_fraction: median of (t_best - t_cand)/t_best, a fraction, "
+                         "-17.09 = 18.1x slower), best_ms and speedup_vs_best, "
                          "reference_ms and speedup_vs_reference, and slower_than_reference (a first "
                          "kernel slower than the reference still becomes best, flagged).", _SOURCE),
     "search_experience": (SEARCH_DESCRIPTION, SEARCH_SCHEMA),

@@ -84,3 +84,25 @@ def test_a_wrong_launch_signature_names_the_call_the_task_makes(tmp_path: Path) 
     res = tools.compile_kernel(ws, TWO_ARGS)
     assert res["ok"] is False and [e["code"] for e in res["errors"]] == ["exception"], res
     assert res["errors"][0]["message"].endswith(EXPECTED)
+
+
+def test_accept_candidate_says_its_verdict_in_the_reports_words(tmp_path: Path) -> None:
+    """best.py = good.py, then good.py again: a real paired run, whatever the host's noise
+    makes of it, said as a ratio against best.py (never a percentage), consistent with
+    ``accepted`` and with ``improvementFraction``."""
+    ws = tools.init_workspace(tmp_path / "ws", TASK, backend="bwrap", device="cpu",
+                              quick_calibration=True)
+    first = tools.accept_candidate(ws, GOOD)
+    assert first["accepted"] and first["verdict"] is None, first  # no best to pair with
+    res = tools.accept_candidate(ws, GOOD)
+    if res["errors"]:  # a loaded host's timing fault: nothing to say in words
+        assert all(e["origin"] == "infrastructure" for e in res["errors"]), res["errors"]
+        return
+    verdict = res["verdict"]
+    assert isinstance(verdict, str) and "best.py" in verdict and "%" not in verdict, verdict
+    assert verdict.endswith(", rejected") != res["accepted"], (verdict, res["accepted"])
+    r = res["improvementFraction"]
+    if isinstance(r, float) and "x faster" in verdict.split(" (")[0]:
+        assert r > 0
+    if isinstance(r, float) and "x slower" in verdict.split(" (")[0]:
+        assert r < 0
