@@ -12,7 +12,8 @@ server starts, so a client can send only kernel source (and search filters).
 * Arguments are checked against that schema by :func:`grader.agent.schemas.check_args`;
   a bad one is a tool error (``isError: true``) whose structured content has one error
   with code ``bad_argument``, the field and a one-line reason; nothing else runs. An
-  unknown tool is a tool error too (stage ``usage``, code ``usage``), and a kgrader error
+  unknown tool is a tool error too (stage ``usage``, code ``unknown_tool``); both are the
+  caller's (origin ``usage``, never the candidate's or the machine's), and a kgrader error
   raised while a tool runs is typed by :func:`grader.agent.results.fault` (the caller's,
   the candidate's, the set-up's or the machine's), never a raw traceback.
 * Each tool's result is the tool's dict, as structured content and as JSON text; a

@@ -24,12 +24,13 @@ def error_dict(stage: str, code: str, message: str, origin: str, line: int | Non
 
 def fault(tool: str, e: KgraderError, facts: ShapeFacts | None = None) -> dict[str, Any]:
     """A result for an exception raised while evaluating. A bad argument is the caller's
-    fault (stage ``arguments``, code ``bad_argument``, the field); an unusable source the
+    fault (stage ``arguments``, code ``bad_argument``, the field; an unknown tool: stage
+    ``usage``, code ``unknown_tool``; both origin ``usage``); an unusable source the
     candidate's (stage ``scan``); another usage error is the operator's set-up (the
     workspace, task, policy or best.py: stage ``usage``, origin ``infrastructure``); only
     the machine's faults are stage ``sandbox``."""
     if isinstance(e, BadArgument):
-        return {"tool": tool, "ok": False, "stage": "arguments", "errors": [e.as_error()],
+        return {"tool": tool, "ok": False, "stage": e.stage, "errors": [e.as_error()],
                 "warnings": []}
     if isinstance(e, CandidateFileError):
         stage, origin = "scan", "candidate"

@@ -4,7 +4,9 @@ The one definition the function-calling format (``kgrader tools schema``) and th
 server's ``tools/list`` are both generated from (:func:`tool_schemas`, :func:`mcp_tools`),
 so their descriptions, enums and bounds cannot drift; the tools themselves are in
 :mod:`grader.agent.tools`. :func:`check_args` validates a call against that same schema
-and raises :class:`BadArgument` (code ``bad_argument``, the field, a one-line reason).
+and raises :class:`BadArgument` (code ``bad_argument``, the field, a one-line reason) or, for
+a tool that does not exist, :class:`UnknownTool` (code ``unknown_tool``); both are the
+caller's fault (origin ``usage``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ _SPECS: dict[str, tuple[str, dict[str, Any]]] = {
                      "dtype (cached per device and software fingerprint).", _NONE),
     "accept_candidate": ("Compare the kernel with the current best in a paired, interleaved run; "
                          "when it is faster (or is the first correct kernel) it becomes the new best. "
-                         "Returns accepted, improvementFraction, best_ms and speedup_vs_best, "
+                         "Returns accepted, verdict (in words: '1.42x faster than best.py "
+                         "(98% CI 1.38-1.46), accepted'), improvementFraction (the report's "
+                         "improvement_fraction: median of (t_best - t_cand)/t_best, a fraction, "
+                         "-17.09 = 18.1x slower), best_ms and speedup_vs_best, "
                          "reference_ms and speedup_vs_reference, and slower_than_reference (a first "
                          "kernel slower than the reference still becomes best, flagged).", _SOURCE),
     "search_experience": (SEARCH_DESCRIPTION, SEARCH_SCHEMA),
@@ -55,9 +60,11 @@ TOOL_NAMES: tuple[str, ...] = tuple(_SPECS)
 
 
 class BadArgument(UsageError):
-    """A tool call's arguments do not match the tool's schema (the caller's fault)."""
+    """A tool call's arguments do not match the tool's schema (the caller's fault: origin
+    ``usage``, as in the CLI's error document; not the candidate's, whose kernel never ran)."""
 
     code = "bad_argument"
+    stage = "arguments"
 
     def __init__(self, tool: str, field: str | None, reason: str) -> None:
         where = f"{tool}.{field}" if field else tool
@@ -66,8 +73,18 @@ class BadArgument(UsageError):
 
     def as_error(self) -> dict[str, Any]:
         """The typed tool error a client gets (MCP and the Python API)."""
-        return {"stage": "arguments", "code": self.code, "origin": "candidate",
+        return {"stage": self.stage, "code": self.code, "origin": "usage",
                 "field": self.field, "message": self.reason, "line": None, "detail": {}}
+
+
+class UnknownTool(BadArgument):
+    """A call of a tool that does not exist (the caller's fault, like a bad argument)."""
+
+    code = "unknown_tool"
+    stage = "usage"
+
+    def __init__(self, tool: str) -> None:
+        super().__init__(tool, None, f"unknown tool {tool!r} (one of {', '.join(TOOL_NAMES)})")
 
 
 _TYPES: dict[str, Any] = {"string": str, "integer": int, "boolean": bool, "array": list,
@@ -121,7 +138,7 @@ def tool_description(name: str) -> str:
 def check_args(name: str, args: Any) -> dict[str, Any]:
     """Validate ``args`` against the tool's schema; raise :class:`UsageError` when wrong."""
     if name not in _SPECS:
-        raise UsageError(f"unknown tool {name!r} (one of {', '.join(TOOL_NAMES)})")
+        raise UnknownTool(name)
     if not isinstance(args, dict):
         raise BadArgument(name, None, f"arguments must be a JSON object, got {type(args).__name__}")
     props = _SPECS[name][1]["properties"]

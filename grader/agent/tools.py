@@ -28,8 +28,14 @@ Returned fields (absent stage = ``null`` fields plus the reason in ``unmeasured`
   ``advice`` (at most five sentences per kernel, ``"kernel: sentence"``) and ``diagnostics``
   (:class:`grader.diagnostics.models.Diagnostics`: per-kernel Nsight Compute counters from a
   separate, untimed profile run; ``null`` fields with reasons where there are none);
-* accept: ``accepted``, ``improvementFraction`` (median of ``(t_best - t_cand)/t_best``),
-  ``baseline`` (``"best"`` or ``"none"``), ``evaluation`` (the records folder);
+* accept: ``accepted``, ``improvementFraction`` (the report's
+  ``acceptance.improvement_fraction``, under the name the tools have always used: the
+  median of ``(t_best - t_cand)/t_best``, so -17.09 is a kernel 18.1x slower, never read
+  it as a percentage), ``verdict`` (the human report's headline in words,
+  :func:`grader.report.verdict.acceptance_verdict`: "1.42x faster than best.py (98% CI
+  1.38-1.46), accepted" / "18.1x slower than best.py (0.0553x, ...), rejected" / "same
+  within noise" / "ambiguous: more pairs needed"; null with no pairing), ``baseline``
+  (``"best"`` or ``"none"``), ``evaluation`` (the records folder);
 * bench/accept: ``reference_ms``, ``speedup_vs_reference``, ``best_ms``,
   ``speedup_vs_best``, ``candidate_paired_ms``, each with its ``*_source``
   (:mod:`grader.agent.speed`: bench pairs the candidate with the trusted reference in the
@@ -91,6 +97,7 @@ from grader.report.redact import (
     redact_diagnostics,
     scrub_tree,
 )
+from grader.report.verdict import acceptance_verdict
 from grader.scan import check_source
 from grader.task import load_task
 
@@ -328,6 +335,7 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
                    pairs=acc.pairs if acc else 0, rule=acc.rule if acc else None,
                    replicate_speedup=acc.replicate_speedup if acc else None,
                    reason=acc.reason if acc else _accept_reason(best, public, accepted),
+                   verdict=acceptance_verdict(acc, "best.py").text if acc else None,
                    evaluation=str(folder), best_path=str(rec.best_path))
         if acc is None:
             out["unmeasured"]["improvementFraction"] = (

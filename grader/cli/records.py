@@ -14,6 +14,7 @@ from rich.table import Table
 from grader.cli.common import fail
 from grader.cli.progress import wide_console
 from grader.records import TRAJECTORY, read_trajectory
+from grader.report.verdict import improvement_speedup, ratio
 
 
 def register(cli: click.Group) -> None:
@@ -38,10 +39,13 @@ def show(directory: Path, as_json: bool) -> None:
         click.echo(json.dumps([e.to_json() for e in entries], indent=2, ensure_ascii=False))
         return
     table = Table(title=f"{directory / TRAJECTORY} ({len(entries)} decisions)")
-    for col in ("time", "task", "candidate", "accepted", "improvement", "rule", "folder"):
+    for col in ("time", "task", "candidate", "accepted", "speed-up", "rule", "folder"):
         table.add_column(col, no_wrap=col in ("time", "candidate"))
     for e in entries:
-        imp = "—" if e.improvement_fraction is None else f"{e.improvement_fraction:+.2%}"
+        # the median paired speed-up over the best, a ratio like the report's headline
+        # (an improvement fraction of -17.09 is "0.0553x", never "-1709%")
+        s = improvement_speedup(e.improvement_fraction)
+        imp = "—" if s is None else f"{ratio(s)}x"
         table.add_row(
             e.time, e.task or "—", e.candidate_sha256[:12],
             "[green]yes[/]" if e.accepted else "[red]no[/]",

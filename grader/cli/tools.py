@@ -46,11 +46,12 @@ def register(cli: click.Group) -> None:
 
 def tool_exit_code(result: dict[str, Any]) -> int:
     """0 ok; 2 when nothing was graded (a source that cannot be read, the same code as
-    ``kgrader run`` gives a candidate file that cannot be read; the machine's fault); else 1."""
+    ``kgrader run`` gives a candidate file that cannot be read; the caller's arguments;
+    the machine's fault); else 1."""
     if result.get("ok"):
         return EXIT_OK
     errors = result.get("errors") or []
-    if any(e.get("code") == "bad_candidate_file" or e.get("origin") == "infrastructure"
+    if any(e.get("code") == "bad_candidate_file" or e.get("origin") in ("infrastructure", "usage")
            for e in errors):
         return EXIT_ERROR
     return EXIT_FAILED

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grader.experience.model import Attempt
+from grader.report.verdict import improvement_speedup, speed_words
 
 __all__ = ["MAX_LESSON_CHARS", "lesson", "one_line"]
 
@@ -132,8 +133,10 @@ def _rejected(a: Attempt) -> str | None:
     if a.accepted is not False or a.errors:
         return None
     r, thr = a.improvement_fraction, a.min_improvement_fraction
-    if r is not None and thr is not None and r < thr:
-        return f"rejected: median improvement {_pct(r)} < {thr * 100:g}% threshold"
+    s = improvement_speedup(r)  # a ratio, as the human report says it: never "-1709%"
+    if s is not None and thr is not None and r is not None and r < thr:
+        return (f"rejected: {speed_words(s, note='median of the paired ratios')}, short of "
+                f"the {thr * 100:g}% required")
     reason = a.figures.get("acceptance_reason")
     return f"rejected: {reason}" if isinstance(reason, str) and reason else "rejected by the acceptance rule"
 
@@ -145,8 +148,11 @@ def _accepted(a: Attempt) -> str | None:
         med = f"; median {_num(a.median_ms)} ms" if a.median_ms is not None else ""
         return f"accepted as the first correct kernel (no best to pair with){med}"
     pairs = a.figures.get("pairs")
-    speed = f", speed-up {a.speedup:.3g}x" if a.speedup else ""
-    return f"accepted: median improvement {_pct(a.improvement_fraction)} over the best in {pairs} pairs{speed}"
+    s = improvement_speedup(a.improvement_fraction)
+    said = (speed_words(s, note=f"median of {pairs} paired ratios") if s is not None
+            else f"median improvement {_pct(a.improvement_fraction)} over {pairs} pairs")
+    speed = f", independent replicate {a.speedup:.3g}x" if a.speedup else ""
+    return f"accepted: {said}{speed}"
 
 
 def _passed(a: Attempt) -> str | None:

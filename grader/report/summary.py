@@ -197,13 +197,40 @@ def no_record_error(p: ResultProblem, outcome: SandboxOutcome,
     return ReportError(stage="integrity", code=p.code, origin="candidate", message=p.message)
 
 
+def expected_call(spec: TaskSpec) -> str | None:
+    """How the task calls the candidate's entry point, from its contract (None: a
+    ``module`` task, whose entry is a class)."""
+    if spec.contract == "dps":
+        names = ", ".join(t.name for t in spec.inputs + spec.outputs)
+        outs = ", ".join(t.name for t in spec.outputs)
+        return (f"{spec.entrypoint}({names}): the inputs, then the preallocated outputs "
+                f"({outs}), written in place")
+    if spec.contract == "gpumode":
+        return f"{spec.entrypoint}(data), returning the output"
+    return None
+
+
+def _name_the_signature(e: ReportError, spec: TaskSpec) -> ReportError:
+    """A TypeError from calling the entry point itself ("launch() takes 2 positional
+    arguments but 3 were given") also says how the task calls it; the candidate's text is
+    kept as it was, the task's appended."""
+    call = expected_call(spec)
+    if (call is None or e.code != "exception"
+            or not e.message.startswith(f"TypeError: {spec.entrypoint}() ")
+            or "argument" not in e.message):
+        return e
+    message = text.clean(f"{e.message}; the task calls {call}", MESSAGE_MAX)
+    return e.model_copy(update={"message": message,
+                                "detail": {**e.detail, "expected_call": call}})
+
+
 def build_report(report: Report, spec: TaskSpec, rec: wire.Record, outcome: SandboxOutcome) -> Report:
     report.stage = rec.stage
     report.environment = rec.environment
     name = rec.environment.get("device_name")
     report.device = f"{rec.device}: {name}" if name else rec.device
     report.warnings += list(rec.warnings)
-    report.errors += [_error(e, outcome) for e in rec.errors]
+    report.errors += [_name_the_signature(_error(e, outcome), spec) for e in rec.errors]
     if rec.taint is not None:  # the judge's mark, read as written (grader.report.redact)
         t = rec.taint
         report.taint = Taint(hidden_phase=t.hidden_phase, sections=list(t.sections),

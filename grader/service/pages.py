@@ -34,10 +34,12 @@ def report_page(job: dict[str, Any], report: dict[str, Any] | None) -> str:
         timing = report.get("timing") or {}
         # The job's verdict leads: a leaderboard entry slower than the reference is "ok"
         # (correct, ranked by its speed-up) while its report's pairing says ok: false.
-        tail = (f'<p id="verdict">Verdict: {escape(str(job.get("verdict")))} (report: '
-                f'{"PASS" if report.get("ok") else "FAIL"} at stage '
-                f'{escape(str(report.get("stage")))}; median '
-                f'{escape(str(timing.get("median_ms")))} ms)</p>'
+        median = timing.get("median_ms")
+        said = f"median {median} ms" if isinstance(median, int | float) else "not timed"
+        stage = report.get("stage")
+        tail = (f'<p id="verdict">Verdict: {escape(str(job.get("verdict") or "none yet"))} '
+                f'(report: {"PASS" if report.get("ok") else "FAIL"} at stage '
+                f'{escape(str(stage) if stage else "none reached")}; {escape(said)})</p>'
                 f"<ul>{errors}</ul><h2>Report</h2><pre>{escape(json.dumps(report, indent=2))}</pre>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>kgrader submission {escape(str(job.get('id')))}</title>"

@@ -279,8 +279,10 @@ CATALOGUE: tuple[Code, ...] = (
     _host("no_harness", _U, "The image build found no sandbox/ package.",
           "Build from kgrader's source tree."),
     _host("bad_workspace", _U, "The agent tools' workspace is unusable.", "Fix the workspace."),
-    _host("bad_argument", ("candidate",), "A tool call's arguments do not match its schema.",
-          "Call the tool with the arguments its schema names."),
+    _host("bad_argument", _U, "A tool call's arguments do not match its schema (the caller's "
+          "fault, not the candidate's).", "Call the tool with the arguments its schema names."),
+    _host("unknown_tool", _U, "A call of an agent tool that does not exist.",
+          "Call one of the tools `kgrader tools schema` lists."),
     _host("bad_advice_table", _U, "The diagnostics advice table is malformed.",
           "Fix the advice table."),
     _host("experience_store", _U, "The experience store cannot be used.",

@@ -33,8 +33,7 @@ def check_outputs(c: CorrectnessWire, record: dict[str, Any], views: dict[str, t
                f"{fb.get('actual') if not untouched else 'NaN/poison'}; "
                f"{cmp.mismatch_fraction:.2%} of elements mismatch")
         if decoys:
-            msg += ("; in this kernel-only task the launcher's own code is handed decoy "
-                    "tensors: only the Triton kernels it launches see the real inputs and outputs")
+            msg += "; kernel-only task: write outputs from Triton kernels (host code sees decoys)"
         bad = {"tensor": name, "index": fb.get("index", []), "expected": fb.get("expected"),
                "actual": fb.get("actual"), "dims": where.get("dims", {}),
                "seed": where.get("seed"), "shape_kind": where.get("shape_kind"),

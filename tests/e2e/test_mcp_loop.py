@@ -176,10 +176,12 @@ def test_a_scripted_model_writes_its_kernel_from_the_description_and_reads_its_s
 
     bad = seen["bad_argument"]
     assert bad["is_error"] and bad["stage"] == "arguments"
-    assert [(e["code"], e["field"]) for e in bad["errors"]] == [("bad_argument", "shape")]
+    assert [(e["code"], e["field"], e["origin"]) for e in bad["errors"]] == [
+        ("bad_argument", "shape", "usage")]  # the caller's, not the candidate's
     unknown = seen["unknown_tool"]
     assert unknown["is_error"] and unknown["stage"] == "usage", unknown
-    assert unknown["errors"][0]["code"] == "usage" and "unknown tool" in unknown["errors"][0]["message"]
+    assert [(e["code"], e["origin"]) for e in unknown["errors"]] == [("unknown_tool", "usage")]
+    assert "unknown tool 'run_everything'" in unknown["errors"][0]["message"]
 
     assert seen["compile"]["ok"] and seen["compile"]["compiled"], seen["compile"]
     bench = seen["bench"]

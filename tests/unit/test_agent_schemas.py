@@ -15,7 +15,14 @@ import pytest
 
 from grader.agent import tools
 from grader.agent.mcp_server import TASK_URI, build_server
-from grader.agent.schemas import TOOL_NAMES, BadArgument, check_args, mcp_tools, tool_schemas
+from grader.agent.schemas import (
+    TOOL_NAMES,
+    BadArgument,
+    UnknownTool,
+    check_args,
+    mcp_tools,
+    tool_schemas,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "examples" / "vector_add_small"
@@ -84,10 +91,27 @@ def test_mcp_bad_argument_is_a_tool_error_not_pydantic_text(ws: tools.Workspace)
         payload = res.structured_content
         assert payload["ok"] is False and payload["stage"] == "arguments"
         (err,) = payload["errors"]
-        assert err["code"] == "bad_argument" and err["origin"] == "candidate" and err["field"]
+        assert err["code"] == "bad_argument" and err["origin"] == "usage" and err["field"]
         text = res.content[0].text
         assert "pydantic" not in text and "http" not in text and "sandbox" not in text
         assert json.loads(text) == payload
+
+
+def test_an_unknown_tool_and_a_missing_argument_are_the_callers_fault(ws: tools.Workspace) -> None:
+    async def body(client: Any) -> Any:
+        return (await client.call_tool("run_everything", {}),
+                await client.call_tool("bench_kernel", {}))
+
+    unknown, missing = (r.structured_content for r in _mcp(ws, body))
+    assert unknown["stage"] == "usage" and [(e["code"], e["origin"], e["stage"])
+                                            for e in unknown["errors"]] == [
+        ("unknown_tool", "usage", "usage")]
+    assert "unknown tool 'run_everything' (one of describe_task" in unknown["errors"][0]["message"]
+    assert [(e["code"], e["origin"], e["field"]) for e in missing["errors"]] == [
+        ("bad_argument", "usage", "source")]
+    with pytest.raises(UnknownTool) as info:  # the Python API raises the same typed error
+        tools.call_tool(ws, "run_everything", {})
+    assert info.value.as_error()["origin"] == "usage"
 
 
 def test_python_api_search_with_a_bad_value_is_bad_argument_not_infrastructure(

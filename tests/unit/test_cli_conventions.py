@@ -105,6 +105,8 @@ def test_click_usage_errors_are_the_same_document_through_the_entry_point() -> N
                                "origin": "candidate"}]}, 2),
     ({"ok": False, "errors": [{"stage": "sandbox", "code": "sandbox_unavailable",
                                "origin": "infrastructure"}]}, 2),
+    ({"ok": False, "errors": [{"stage": "arguments", "code": "bad_argument",
+                               "origin": "usage"}]}, 2),
 ])
 def test_tool_exit_codes_follow_run(result: dict[str, Any], want: int) -> None:
     assert tool_exit_code(result) == want

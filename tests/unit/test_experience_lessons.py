@@ -110,14 +110,27 @@ def test_rejection_states_improvement_against_threshold() -> None:
                            rules=[RuleOutcome(rule="seed", accepted=False, reason="x",
                                               numbers={"min_improvement_fraction": 0.01})])
     r = Report(ok=False, stage="accept", timing=_timing(), acceptance=acc)
-    assert _lesson(r) == "rejected: median improvement 0.4% < 1% threshold"
+    assert _lesson(r) == ("rejected: 1.004x faster than the current best (median of the paired "
+                          "ratios), short of the 1% required")
+
+
+def test_a_much_slower_rejection_is_a_ratio_not_a_huge_negative_percentage() -> None:
+    acc = AcceptanceResult(accepted=False, rule="controlled", improvement_fraction=-17.09, pairs=25,
+                           positive_fraction=0.0, reason="futility",
+                           rules=[RuleOutcome(rule="seed", accepted=False, reason="x",
+                                              numbers={"min_improvement_fraction": 0.01})])
+    r = Report(ok=False, stage="accept", timing=_timing(), acceptance=acc)
+    assert _lesson(r) == ("rejected: 18.1x slower than the current best (0.0552x, median of the "
+                          "paired ratios), short of the 1% required")
+    assert "%" not in _lesson(r).replace("1% required", "")
 
 
 def test_acceptance_lessons() -> None:
     acc = AcceptanceResult(accepted=True, rule="seed", improvement_fraction=0.12, pairs=30,
                            positive_fraction=0.9, reason="ok", replicate_speedup=1.13)
     r = Report(ok=True, stage="accept", timing=_timing(), acceptance=acc)
-    assert _lesson(r) == "accepted: median improvement 12% over the best in 30 pairs, speed-up 1.13x"
+    assert _lesson(r) == ("accepted: 1.14x faster than the current best (median of 30 paired "
+                          "ratios), independent replicate 1.13x")
     first = _lesson(Report(ok=True, stage="benchmark", timing=_timing(3.0)), accepted=True)
     assert first == "accepted as the first correct kernel (no best to pair with); median 3 ms"
 

@@ -246,11 +246,15 @@ def test_tool_calls_are_logged_with_their_full_return(tmp_path: Path) -> None:
 def test_records_show_prints_a_table_and_json(tmp_path: Path) -> None:
     root = tmp_path / "rec"
     rec = Records(root)
-    rec.finish(rec.new_evaluation(_task(tmp_path), "v1\n", None), _report(True, 0.125), accepted=True)
+    task = _task(tmp_path)
+    rec.finish(rec.new_evaluation(task, "v1\n", None), _report(True, 0.125), accepted=True)
+    rec.finish(rec.new_evaluation(task, "v2\n", "v1\n"), _report(False, -17.09),
+               accepted=False)
     runner = CliRunner()
     out = runner.invoke(_cli(), ["records", "show", str(root)])
     assert out.exit_code == 0, out.output
-    assert "vec_add" in out.output and _sha("v1\n")[:12] in out.output and "+12.50%" in out.output
+    assert "0.0553x" in out.output and "%" not in out.output  # a ratio, never "-1709%"
+    assert "vec_add" in out.output and _sha("v1\n")[:12] in out.output and "1.14x" in out.output
     out = runner.invoke(_cli(), ["records", "show", "--json", str(root)])
     assert out.exit_code == 0
     rows = json.loads(out.output)

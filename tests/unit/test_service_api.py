@@ -92,6 +92,8 @@ def test_a_submission_is_graded_once_and_its_report_and_events_are_the_owners(en
                       headers=_auth(toks["ops"])).status_code == 200
     page = client.get(job["view_url"])
     assert page.status_code == 200 and "Verdict: failed (report: FAIL" in page.text
+    head = page.text.split("<h2>Report</h2>")[0]  # words above the JSON: no Python literal
+    assert "None" not in head and "; not timed)" in head, head
     assert "script-src" not in page.headers["content-security-policy"]
     _error(client.get(job["view_url"][:-2] + "xx"), 404, "not_found")
     assert store.stats()["max_grades_per_job"] == 1
