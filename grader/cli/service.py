@@ -17,6 +17,7 @@ import click
 
 from grader.backends.registry import backend_choices
 from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, json_option, kgrader_errors
+from grader.cli.progress import StepLines, steps
 from grader.errors import UsageError
 
 TOKEN_ENV = "KGRADER_TOKEN"
@@ -222,10 +223,12 @@ def _exit(job: dict[str, Any]) -> None:
 @click.option("--no-wait", is_flag=True, help="Print the queued job and return.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True,
               help="Seconds to wait for the report.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="While waiting, the job's steps on stderr as the server's judge runs them.")
 @json_option
 @kgrader_errors
 def submit(server: str, token: str | None, task: str, candidate: Path, mode: str, label: str,
-           no_wait: bool, timeout: float, as_json: bool) -> None:
+           no_wait: bool, timeout: float, progress: bool, as_json: bool) -> None:
     """Submit CANDIDATE for TASK (a task the server names) and print its report."""
     c = _client(server, token)
     job = c.submit_file(task, candidate, mode, label)
@@ -236,9 +239,23 @@ def submit(server: str, token: str | None, task: str, candidate: Path, mode: str
     if not as_json:
         click.echo(f"submission {job['id']} queued; view: {server.rstrip('/')}{job['view_url']}",
                    err=True)
-    result = {**c.wait(job["id"], timeout), "view_url": server.rstrip("/") + job["view_url"]}
+    with steps("submit", enabled=progress) as lines:
+        waited = c.wait(job["id"], timeout, on_event=lambda kind, data: _show_event(lines, kind,
+                                                                                   data))
+    result = {**waited, "view_url": server.rstrip("/") + job["view_url"]}
     _print_result(result, as_json)
     _exit(result["submission"])
+
+
+def _show_event(lines: StepLines, kind: str, data: dict[str, Any]) -> None:
+    """One job event as a progress step: the judge's live steps as ``kgrader run`` shows
+    them, the job's own (running, requeued) with what they say."""
+    fields = {k: v for k, v in data.items() if k not in ("at", "step", "task", "mode")}
+    if kind == "step":
+        fields.pop("attempt", None)
+        lines.step(str(data.get("step", "")), fields)
+    elif kind in ("running", "requeued"):
+        lines.step(kind, fields)
 
 
 @click.command()

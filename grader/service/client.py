@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from grader.errors import InfrastructureError, UsageError
 from grader.scan import read_candidate
 
 FINAL = ("done", "failed")
+EventSink = Callable[[str, dict[str, Any]], None]  # (kind, data) of one job event
 
 
 class ServiceRefused(UsageError):
@@ -92,8 +94,10 @@ class Client:
     def tasks(self) -> list[dict[str, Any]]:
         return list(self._json("GET", "/v1/tasks")["tasks"])
 
-    def events(self, job_id: str) -> list[tuple[str, dict[str, Any]]]:
-        """Follow the job's event stream until its final event; the events seen."""
+    def events(self, job_id: str, on_event: EventSink | None = None
+               ) -> list[tuple[str, dict[str, Any]]]:
+        """Follow the job's event stream until its final event; the events seen, each also
+        given to ``on_event`` as it arrives (its failure is ignored: it only shows them)."""
         seen: list[tuple[str, dict[str, Any]]] = []
         r = self._call("GET", f"/v1/submissions/{job_id}/events", stream=True)
         kind = ""
@@ -104,17 +108,22 @@ class Client:
                     kind = line[7:]
                 elif line.startswith("data: "):
                     seen.append((kind, json.loads(line[6:])))
+                    if on_event is not None:
+                        with contextlib.suppress(Exception):
+                            on_event(*seen[-1])
                     if kind in FINAL:
                         break
         return seen
 
-    def wait(self, job_id: str, timeout: float = 3600.0) -> dict[str, Any]:
+    def wait(self, job_id: str, timeout: float = 3600.0,
+             on_event: EventSink | None = None) -> dict[str, Any]:
         """Wait for the job to finish (its event stream, then a poll if the stream broke);
-        returns ``{"submission", "report"}``."""
+        returns ``{"submission", "report"}``. ``on_event``: each event as it arrives
+        (``queued``, ``running``, ``step`` -- the judge's live steps --, the final one)."""
         deadline = time.monotonic() + timeout
         # A broken stream falls back to polling below.
         with contextlib.suppress(requests.RequestException, ServiceUnreachable, ValueError):
-            self.events(job_id)
+            self.events(job_id, on_event)
         while True:
             job = self.job(job_id)
             if job["state"] in FINAL:
