@@ -33,10 +33,12 @@ from grader import builds as build_cache
 from grader.backends.base import SandboxBackend, SandboxOutcome, SandboxSpec
 from grader.backends.cleanup import disk_full, mark_kept, mark_owner, require_room, temp_base
 from grader.backends.gate import MeasureGate, Turn, make_fifo
+from grader.backends.progress import JudgeProgress, make_progress_fifo
 from grader.backends.select import detect_device, select_backend
 from grader.backends.stop import ensure_running
 from grader.errors import HostDiskFullError, InfrastructureError, UsageError
 from grader.limits import Limits
+from grader.logs import relay
 from grader.report.record import ResultProblem, read_result
 from sandbox.contract import wire
 
@@ -184,6 +186,7 @@ def stage(request: wire.JudgeRequest, files: Mapping[str, str], limits: Limits, 
                                                   limits=limits_wire(limits)))
         if gated:
             make_fifo(out_dir)
+        make_progress_fifo(out_dir)  # the judge's live steps (grader.backends.progress)
     except OSError as e:
         shutil.rmtree(root, ignore_errors=True)
         raise disk_full(e, root.parent) or e from None
@@ -194,16 +197,25 @@ def stage(request: wire.JudgeRequest, files: Mapping[str, str], limits: Limits, 
 
 
 def launch(staged: Staged, backend: SandboxBackend, limits: Limits, device: wire.Device, *,
-           gpu_ids: tuple[str, ...] = (), gate: MeasureGate | Turn | None = None) -> JudgeRun:
+           gpu_ids: tuple[str, ...] = (), gate: MeasureGate | Turn | None = None,
+           progress: JudgeProgress | None = None) -> JudgeRun:
     """Run the judge once on a staged folder (``gate``: only if :func:`stage` was ``gated``;
     a :class:`Turn` of the caller's own, such as a warm sandbox's in :mod:`grader.pool`, is
-    used as it is)."""
+    used as it is). The judge's steps reach this thread's step listeners (:mod:`grader.logs`)
+    as they happen; a caller that passes its own ``progress`` reader owns it (and closes it)."""
     launched = time.time()
     turn = gate if isinstance(gate, Turn) or gate is None else \
         Turn(gate, staged.out_dir / wire.GATE_NAME)
-    outcome = backend.run(SandboxSpec(in_dir=staged.in_dir, out_dir=staged.out_dir,
-                                      argv=JUDGE_ARGV, limits=limits, device=device,
-                                      gpu_ids=gpu_ids, label=uuid.uuid4().hex[:12], gate=turn))
+    feed = progress if progress is not None else \
+        JudgeProgress.open(staged.out_dir, staged.key, relay())
+    try:
+        outcome = backend.run(SandboxSpec(in_dir=staged.in_dir, out_dir=staged.out_dir,
+                                          argv=JUDGE_ARGV, limits=limits, device=device,
+                                          gpu_ids=gpu_ids, label=uuid.uuid4().hex[:12],
+                                          gate=turn))
+    finally:
+        if progress is None and feed is not None:
+            feed.close()
     return JudgeRun(staged, outcome, launched)
 
 

@@ -64,8 +64,19 @@ def step(name: str, **fields: Any) -> None:
     """A step of a long operation begins (``scan``, ``sandbox``, ``report``...): an
     ``info`` event, and a call of every listener this thread registered (:func:`on_step`).
     A listener's failure never stops the operation."""
+    _tell(threading.get_ident(), name, fields)
+
+
+def relay() -> StepListener:
+    """A :func:`step` for another thread (a reader of the judge's live steps) that reaches
+    the listeners of the thread calling ``relay`` now, as they are when it is called."""
+    ident = threading.get_ident()
+    return lambda name, fields: _tell(ident, name, fields)
+
+
+def _tell(ident: int, name: str, fields: Mapping[str, Any]) -> None:
     structlog.get_logger("kgrader.progress").info("step", step=name, **fields)
-    for listener in list(_listeners.get(threading.get_ident(), ())):
+    for listener in list(_listeners.get(ident, ())):
         try:
             listener(name, fields)
         except Exception:  # progress is for people; grading goes on without it

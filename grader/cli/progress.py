@@ -2,14 +2,18 @@
 per step otherwise (a log file or CI shows where a 20 s run is, not minutes of silence).
 
 Steps come from :func:`grader.logs.step` (the host's own: scan, sandbox start, report);
-the judge's steps (judge ready, compile, correctness, benchmark, accept) are the phases
-its record carries, told when the sandbox is gone (:func:`judge_steps`). stdout is never
-touched: ``--json`` output stays one document.
+the judge's steps (sandbox started, judge ready, compile, correctness, timing, acceptance)
+arrive live as the judge tells them (:mod:`grader.backends.progress`: each stage when it
+begins, ``running``, and when it ends, with its seconds), from the reader's thread; those
+its record carries but nobody saw live (teardown, a step whose line was dropped) are told
+when the sandbox is gone (:func:`tell_judge_steps`). stdout is never touched: ``--json``
+output stays one document.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -43,6 +47,8 @@ class StepLines:
         self.t0 = time.monotonic()
         self._live: Any = None  # rich.progress.Progress, imported when a terminal needs it
         self._task: Any = None
+        self.told: set[str] = set()  # the steps said so far, by name
+        self._lock = threading.Lock()  # the judge's live steps come from a reader thread
 
     def start(self) -> None:
         if self.enabled and self.tty:
@@ -60,11 +66,13 @@ class StepLines:
             return
         extra = _fields(fields or {})
         text = f"{name}{' ' + extra if extra else ''}"
-        if self._live is not None:
-            self._live.update(self._task, description=escape(plain(f"{self.command}: {text}")))
-        else:
-            click.echo(plain(f"kgrader {self.command}: +{time.monotonic() - self.t0:.1f}s {text}"),
-                       err=True)
+        with self._lock:
+            self.told.add(name)
+            if self._live is not None:
+                self._live.update(self._task, description=escape(plain(f"{self.command}: {text}")))
+            else:
+                click.echo(plain(f"kgrader {self.command}: +{time.monotonic() - self.t0:.1f}s "
+                                 f"{text}"), err=True)
 
     def stop(self) -> None:
         if self._live is not None:
@@ -99,12 +107,14 @@ def steps(command: str, *, enabled: bool = True) -> Iterator[StepLines]:
 
 
 def tell_judge_steps(lines: StepLines, phases: Mapping[str, float]) -> None:
-    """After the sandbox is gone: one line per judge step, with its time (plain mode only:
-    on a terminal the report that follows shows them)."""
+    """After the sandbox is gone: one line per judge step its record carries that was not
+    told live, with its time (plain mode only: on a terminal the report that follows shows
+    them)."""
     if lines.tty:
         return
     for label, seconds in judge_steps(phases):
-        lines.step(f"judge: {label}", {"s": round(seconds, 3)})
+        if f"judge: {label}" not in lines.told:
+            lines.step(f"judge: {label}", {"s": round(seconds, 3)})
 
 
 def wide_console() -> Console:

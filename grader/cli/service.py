@@ -33,6 +33,7 @@ from grader.cli.common import (
     kgrader_errors,
     on_interrupt_say,
 )
+from grader.cli.progress import StepLines, steps
 from grader.errors import UsageError
 from grader.outpaths import OutputPathError
 
@@ -320,11 +321,13 @@ def _write_output(output: Path, result: dict[str, Any]) -> None:
               help="Seconds a waiting submit keeps trying a server that went away (restarted).")
 @click.option("--output", type=click.Path(path_type=Path),
               help="Also write the result (submission, report, view URL) to this JSON file.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="While waiting, the job's steps on stderr as the server's judge runs them.")
 @json_option
 @pending_exits
 def submit(server: str, token: str | None, task: str, candidate: Path, mode: str, label: str,
            no_wait: bool, timeout: float, reconnect: float, output: Path | None,
-           as_json: bool) -> None:
+           progress: bool, as_json: bool) -> None:
     """Submit CANDIDATE for TASK (a task the server names) and print its report."""
     check_outputs(files={"--output": output})
     c = _client(server, token)
@@ -340,11 +343,25 @@ def submit(server: str, token: str | None, task: str, candidate: Path, mode: str
         return
     if not as_json:
         click.echo(f"submission {job['id']} queued; view: {view}", err=True)
-    result = {**c.wait(job["id"], timeout, say=_say, reconnect_s=reconnect), "view_url": view}
+    with steps("submit", enabled=progress) as lines:
+        waited = c.wait(job["id"], timeout, say=_say, reconnect_s=reconnect,
+                        on_event=lambda kind, data: _show_event(lines, kind, data))
+    result = {**waited, "view_url": view}
     _print_result(result, as_json)
     if output is not None:
         _write_output(output, result)
     _exit(result["submission"])
+
+
+def _show_event(lines: StepLines, kind: str, data: dict[str, Any]) -> None:
+    """One job event as a progress step: the judge's live steps as ``kgrader run`` shows
+    them, the job's own (running, requeued) with what they say."""
+    fields = {k: v for k, v in data.items() if k not in ("at", "step", "task", "mode")}
+    if kind == "step":
+        fields.pop("attempt", None)
+        lines.step(str(data.get("step", "")), fields)
+    elif kind in ("running", "requeued"):
+        lines.step(kind, fields)
 
 
 @click.command()

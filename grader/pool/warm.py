@@ -29,10 +29,12 @@ import structlog
 from grader import builds as build_cache
 from grader.backends.base import SandboxBackend
 from grader.backends.gate import MeasureGate
+from grader.backends.progress import JudgeProgress
 from grader.backends.select import select_backend
 from grader.errors import InfrastructureError, UsageError
 from grader.evaluate import EvalRequest, collect, frame_phases, judge_request, screen, sources
 from grader.judgecall import JudgeRun, discard, launch, resolve_device, seal_inputs, stage
+from grader.logs import relay
 from grader.measure.floors import floor_ms
 from grader.pool.turn import WarmTurn
 from grader.report.model import Report
@@ -83,6 +85,9 @@ class WarmSandbox:
         self.turn = WarmTurn(self.staged.out_dir / wire.GATE_NAME, gate,
                              start_s=start_s if start_s is not None else limits.compile_s + 60,
                              idle_s=idle_s)
+        # The judge's live steps, read from its start; they reach the evaluating thread's
+        # step listeners once an evaluation takes this sandbox (grader.backends.progress).
+        self.progress = JudgeProgress.open(self.staged.out_dir, self.staged.key)
         self.run: JudgeRun | None = None
         self.error: BaseException | None = None
         self.ended = threading.Event()
@@ -97,10 +102,12 @@ class WarmSandbox:
     def _supervise(self) -> None:
         try:
             self.run = launch(self.staged, self.backend, self.limits, self.device,
-                              gpu_ids=self.gpu_ids, gate=self.turn)
+                              gpu_ids=self.gpu_ids, gate=self.turn, progress=self.progress)
         except BaseException as e:  # reported by evaluate(), or logged by the pool
             self.error = e
         finally:
+            if self.progress is not None:
+                self.progress.close()  # the sandbox is gone: what it told is read
             if self.turn.state != "taken":  # never granted: nothing to read, nothing kept
                 discard(self.staged)
                 log.info("warm_discarded", folder=self.staged.root.name, why=self.turn.why,
@@ -161,6 +168,8 @@ class WarmSandbox:
         except BaseException:
             self.discard("its sources could not be staged")
             raise
+        if self.progress is not None:  # its steps from the grant on are this caller's
+            self.progress.sink = relay()
         self.turn.staged()
         self._thread.join()
         try:

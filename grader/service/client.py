@@ -7,6 +7,7 @@ message; a server that cannot be reached, or answers 5xx, :class:`ServiceUnreach
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from grader.scan import read_candidate
 from sandbox.contract.codes import BY_NAME
 
 FINAL = ("done", "failed", "cancelled")
+EventSink = Callable[[str, dict[str, Any]], None]  # (kind, data) of one job event
 
 
 class ServiceRefused(UsageError):
@@ -176,13 +178,16 @@ class Client:
         return after
 
     def wait(self, job_id: str, timeout: float = 3600.0, say: Say | None = None,
-             reconnect_s: float = RECONNECT_S) -> dict[str, Any]:
+             reconnect_s: float = RECONNECT_S, on_event: EventSink | None = None
+             ) -> dict[str, Any]:
         """Wait for the job to finish (its event stream, polled when the stream ends);
         returns ``{"submission", "report"}``. A server that goes away (restarted, or a
         network break) is tried again with a growing pause for ``reconnect_s`` seconds;
         what happened to the job meanwhile is told through ``say`` ("the server
         restarted; job ... continues as attempt 2"). :class:`NotFinished` after
-        ``timeout``; :class:`ServiceUnreachable` when the server stays away."""
+        ``timeout``; :class:`ServiceUnreachable` when the server stays away. ``on_event``:
+        each event as it arrives (``queued``, ``running``, ``step`` -- the judge's live
+        steps --, the final one); its failure is ignored (it only shows them)."""
         tell = say or (lambda _: None)
         deadline = time.monotonic() + timeout
         seen = 0
@@ -196,9 +201,12 @@ class Client:
                 tell(f"the server at {self.base} answers again")
             lost_at, pause = None, 0.5
 
-        def on_event(seq: int, kind: str, data: dict[str, Any]) -> None:
+        def seen_event(seq: int, kind: str, data: dict[str, Any]) -> None:
             nonlocal restarted
             back()
+            if on_event is not None:
+                with contextlib.suppress(Exception):
+                    on_event(kind, data)
             if kind == "requeued":
                 restarted = "restarted" in str(data.get("why", ""))
                 if not restarted:
@@ -212,7 +220,7 @@ class Client:
 
         while True:
             try:
-                seen = self.events(job_id, seen, on_event, until=deadline)
+                seen = self.events(job_id, seen, seen_event, until=deadline)
                 job = self.job(job_id)
                 back()
                 if job["state"] in FINAL:

@@ -367,6 +367,17 @@ class Store:
         return None if r is None else (str(r[0]), str(r[1]))
 
     # --- events -----------------------------------------------------------------------
+    def add_step(self, job_id: str, attempt: int, data: dict[str, Any]) -> bool:
+        """A ``step`` event of a running job (the judge's live steps, for its watchers);
+        recorded only while the job runs under ``attempt``, so a stopped attempt's late
+        steps never follow the job's final event."""
+        with self._tx() as c:
+            cur = c.execute("INSERT INTO events (job_id, at, kind, data) SELECT ?, ?, 'step', ? "
+                            "WHERE EXISTS (SELECT 1 FROM jobs WHERE id = ? AND state = 'running' "
+                            "AND attempts = ?)",
+                            (job_id, time.time(), json.dumps(data), job_id, attempt))
+            return bool(cur.rowcount)
+
     def events(self, job_id: str, after: int = 0) -> list[tuple[int, float, str, dict[str, Any]]]:
         rows = self._conn().execute("SELECT seq, at, kind, data FROM events WHERE job_id = ? "
                                     "AND seq > ? ORDER BY seq", (job_id, after)).fetchall()

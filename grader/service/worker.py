@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ from grader.errors import InfrastructureError, KgraderError, TaskError, UsageErr
 from grader.evaluate import EvalRequest, Source, evaluate
 from grader.leaderboard.job import classify, classify_rerun, redact_seeds, tied_within_noise
 from grader.leaderboard.seeds import Secret, TaskPayload, task_payload
+from grader.logs import on_step
 from grader.report.model import Report
 from grader.scan import check_source
 from grader.service.store import BestChanged, Claimed, Store
@@ -226,7 +227,9 @@ class Workers:
                 raise UsageError(f"task {job.task!r} is not served any more")
             entry = self.store.best_entry(job.task) if job.mode == "accept" else None
             best, best_was = (entry[1], entry[0]) if entry else (None, "")
-            report = self.grader(build_request(job.mode, c.source, task, slot, job.id, best))
+            with on_step(self._steps(c)):  # the judge's steps, live, as the job's events
+                report = self.grader(build_request(job.mode, c.source, task, slot, job.id,
+                                                   best))
             if report.infrastructure_failed() and not (job.mode == RERUN
                                                        and tied_within_noise(report)):
                 e = next(e for e in report.errors if e.origin == "infrastructure")
@@ -267,6 +270,19 @@ class Workers:
                 self.on_leaderboard(job.id)
             except Exception:  # the board is a view of the store: a restart syncs it
                 log.exception("service_board_update_failed", job=job.id)
+
+    def _steps(self, c: Claimed) -> Callable[[str, Mapping[str, Any]], None]:
+        """A step listener that records each step as a ``step`` event of the job (plain
+        values only); a write that fails is dropped: progress never fails a grade."""
+        def record(name: str, fields: Mapping[str, Any]) -> None:
+            data = {k: v for k, v in fields.items()
+                    if v is None or isinstance(v, (str, int, float, bool))}
+            try:
+                self.store.add_step(c.job.id, c.attempt, {**data, "step": name,
+                                                          "attempt": c.attempt})
+            except Exception as e:
+                log.info("service_step_dropped", job=c.job.id, step=name, error=repr(e))
+        return record
 
     def _finish(self, c: Claimed, state: str, v: str | None, report_json: str | None,
                 error: str | None, best_source: str | None = None, best_was: str = "") -> bool:

@@ -28,6 +28,12 @@ from sandbox.contract.wire_diagnostics import ProfileWire as ProfileWire
 from sandbox.contract.wire_diagnostics import SanitizerRecord as SanitizerRecord
 from sandbox.contract.wire_diagnostics import SanitizeTool as SanitizeTool
 from sandbox.contract.wire_diagnostics import SanitizeWire as SanitizeWire
+from sandbox.contract.wire_progress import MAX_PROGRESS_LINE as MAX_PROGRESS_LINE
+from sandbox.contract.wire_progress import PROGRESS_NAME as PROGRESS_NAME
+from sandbox.contract.wire_progress import PROGRESS_STEPS as PROGRESS_STEPS
+from sandbox.contract.wire_progress import ProgressEvent as ProgressEvent
+from sandbox.contract.wire_progress import progress_line as progress_line
+from sandbox.contract.wire_progress import read_progress_line as read_progress_line
 from sandbox.contract.wire_timing import AcceptanceRecord as AcceptanceRecord
 from sandbox.contract.wire_timing import PairsRecord as PairsRecord
 from sandbox.contract.wire_timing import TimingRecord as TimingRecord

@@ -38,6 +38,7 @@ from sandbox.contract.wire import (
     dumps,
     request_from_json,
 )
+from sandbox.judge import progress
 from sandbox.launcher import builds, harden
 
 OUT = os.environ.get("KGRADER_OUT", "/kg/out")
@@ -146,6 +147,9 @@ def main() -> int:
     harden.make_undumpable()
     tether()
     key, req, problem = _parse(read_secret())
+    if key:  # before any runner starts: the live steps' FIFO is the judge's alone
+        progress.open_channel(OUT, key)
+        progress.tell("judge", "start")
     if req is None:
         if key:
             write_result(key, _error_record("unknown", problem or _infra("bad_request", "unreadable")))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from sandbox.contract import device_memory
 from sandbox.contract.failure import StageFailure, infrastructure
 from sandbox.contract.wire import WIRE_VERSION, ErrorStage, ErrorWire, JudgeRequest, Record
+from sandbox.judge import progress
 from sandbox.judge.device import device_environment, memory_figures
 from sandbox.launcher.proc import RunnerFailure
 
@@ -47,6 +48,7 @@ def run_mode(req: JudgeRequest, started: tuple[float, float], gate_wait: float =
         ev = Evaluation(req)
         ev.started_wall = started[0]
         ev.phase("judge_ready", started[1] + gate_wait)
+        progress.tell("judge_ready", "done", ev.phases["judge_ready"])
         if req.gated:
             ev.phases["gate_wait"] = round(gate_wait, 4)
     except StageFailure as e:
@@ -85,26 +87,38 @@ def _evaluate(ev: Evaluation) -> None:
     from sandbox.judge.benchmark import benchmark_stage
     from sandbox.judge.correctness import compile_stage, correctness_stage
 
-    t = time.monotonic()
+    t = _begin("compile")
     cand = compile_stage(ev)
-    ev.phase("compile", t)
+    _end(ev, "compile", t)
     if "correctness" in ev.req.stages:
-        t = time.monotonic()
+        t = _begin("correctness")
         if ev.req.sanitize is not None:  # under compute-sanitizer, in a runner of its own
             from sandbox.tools.profiling import sanitized_correctness
 
             sanitized_correctness(ev, cand)
         else:
             correctness_stage(ev, cand)
-        ev.phase("correctness", t)
+        _end(ev, "correctness", t)
     if "benchmark" in ev.req.stages:
-        t = time.monotonic()
+        t = _begin("benchmark")
         ev.timing = benchmark_stage(ev, cand)
-        ev.phase("benchmark", t)
+        _end(ev, "benchmark", t)
     if ev.req.current:
-        t = time.monotonic()
+        t = _begin("accept")
         ev.acceptance = acceptance_stage(ev, cand)
-        ev.phase("accept", t)
+        _end(ev, "accept", t)
+
+
+def _begin(stage: str) -> float:
+    """A stage begins: told to the host live (sandbox.judge.progress); its start time."""
+    progress.tell(stage, "start")
+    return time.monotonic()
+
+
+def _end(ev: Evaluation, stage: str, t0: float) -> None:
+    """A stage ended without a failure: its phase, and the host told."""
+    ev.phase(stage, t0)
+    progress.tell(stage, "done", ev.phases[stage])
 
 
 def _measure_peak(req: JudgeRequest) -> Record:

@@ -1,5 +1,5 @@
-"""`kgrader run` without a terminal: one progress line per step on stderr, the report
-alone on stdout, and ``--backend auto`` on the embedded default (bubblewrap) even where a
+"""`kgrader run` without a terminal: one progress line per step on stderr, each as the step
+happens (read with its time of arrival; on a pty, the live line), the report alone on stdout, and ``--backend auto`` on the embedded default (bubblewrap) even where a
 docker image is ready. Real bubblewrap, torch and Triton (CPU interpreter)."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ import json
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,87 @@ def test_no_progress_keeps_stderr_free_of_steps() -> None:
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert p.returncode == 1 and "kgrader run:" not in p.stderr, p.stderr
     assert "FAIL" in p.stdout and "(line 10)" in p.stdout
+
+
+def _timed_lines(fd: int, sink: list[tuple[float, bytes]]) -> None:
+    """Read ``fd`` until it closes, each chunk with the monotonic time it arrived."""
+    import os
+
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # a pty's master reads EIO once the child's side is closed
+            return
+        if not chunk:
+            return
+        sink.append((time.monotonic(), chunk))
+
+
+def _first(chunks: list[tuple[float, bytes]], text: bytes) -> float:
+    """When ``text`` had first arrived (the chunks joined: a line may span two reads)."""
+    data = b""
+    for t, chunk in chunks:
+        data += chunk
+        if text in data:
+            return t
+    raise AssertionError(f"{text!r} never arrived: {data[-3000:]!r}")
+
+
+def test_piped_steps_arrive_as_the_judge_works() -> None:
+    """Each judge step's line reaches the pipe when the step happens: compile's end well
+    before the run ends (timing alone takes seconds on the CPU), in order."""
+    p = subprocess.Popen([sys.executable, "-m", "grader.cli", "run", str(SMALL),
+                          str(SMALL / "candidates" / "good.py"), "--device", "cpu", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert p.stderr is not None and p.stdout is not None
+    chunks: list[tuple[float, bytes]] = []
+    reader = threading.Thread(target=_timed_lines, args=(p.stderr.fileno(), chunks))
+    reader.start()
+    out = p.stdout.read()
+    assert p.wait(timeout=600) == 0
+    ended = time.monotonic()
+    reader.join(10)
+    assert json.loads(out)["ok"] is True
+    ready = _first(chunks, b"judge: judge ready s=")
+    compiled = _first(chunks, b"judge: compile s=")
+    timing = _first(chunks, b"judge: timing running")
+    timed = _first(chunks, b"judge: timing s=")
+    done = _first(chunks, b" done ok=true")
+    assert ready <= compiled <= timing < timed <= done <= ended
+    assert done - compiled > 1.0, (compiled, done)  # not all at once when the sandbox exits
+    assert timed - timing > 0.5, (timing, timed)  # "running" told when timing began
+    text = b"".join(c for _, c in chunks).decode()
+    assert text.count("judge: compile s=") == 1  # told live, not again from the record
+    assert "judge: teardown s=" in text  # the host's own step, after the sandbox
+
+
+def test_terminal_line_shows_each_step_as_it_happens() -> None:
+    """On a terminal (a pty as stderr) the live line names the judge's step while it runs."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "200"}
+    env.pop("NO_COLOR", None)
+    p = subprocess.Popen([sys.executable, "-m", "grader.cli", "run", str(SMALL),
+                          str(SMALL / "candidates" / "good.py"), "--device", "cpu", "--json"],
+                         stdout=subprocess.PIPE, stderr=slave, cwd=ROOT, env=env)
+    os.close(slave)
+    assert p.stdout is not None
+    chunks: list[tuple[float, bytes]] = []
+    reader = threading.Thread(target=_timed_lines, args=(master, chunks))
+    reader.start()
+    out = p.stdout.read()
+    assert p.wait(timeout=600) == 0
+    ended = time.monotonic()
+    reader.join(10)
+    os.close(master)
+    assert json.loads(out)["ok"] is True
+    compiling = _first(chunks, b"judge: compile running")
+    timing = _first(chunks, b"judge: timing running")
+    assert compiling < timing < ended - 0.5, (compiling, timing, ended)
+    assert b"kgrader run: +" not in b"".join(c for _, c in chunks)  # the live line, not lines

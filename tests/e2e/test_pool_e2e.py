@@ -175,3 +175,26 @@ def _ready(sandbox: WarmSandbox, timeout: float = 300) -> bool:
     while sandbox.turn.state == "starting" and time.monotonic() < end:
         time.sleep(0.1)
     return sandbox.turn.state == "ready"
+
+
+def test_a_warm_evaluation_tells_its_steps_live_to_the_evaluating_thread(pool: Pool) -> None:
+    """The judge's steps from the grant on reach the listeners of the thread that evaluates
+    (not the pool's), each when it happens, while the evaluation is still running."""
+    import threading
+
+    from grader.logs import on_step
+
+    seen: list[tuple[float, str, str]] = []
+    with on_step(lambda name, fields: seen.append(
+            (time.monotonic(), name, threading.current_thread().name))):
+        report = pool.evaluate(_request(CANDIDATES["good"]))
+    returned = time.monotonic()
+    assert report.ok
+    judge = [(t, name) for t, name, thread in seen if name.startswith("judge: ")]
+    names = [name for _, name in judge]
+    assert names == ["judge: judge ready", "judge: compile running", "judge: compile",
+                     "judge: correctness running", "judge: correctness"], names
+    assert all(thread.startswith("kgrader-progress-") for _, name, thread in seen
+               if name.startswith("judge: "))
+    compiled, checked = judge[2][0], judge[4][0]
+    assert compiled < checked <= returned and checked - compiled > 0.1, judge

@@ -226,3 +226,45 @@ def test_a_server_with_a_warm_pool_grades_as_the_cold_path_and_uses_a_warm_sandb
         srv.stop(signal.SIGTERM)
         srv.stop(signal.SIGKILL)
     assert srv.proc is not None and srv.proc.returncode in (0, 143, -signal.SIGKILL)
+
+
+def test_a_waiting_submit_shows_the_judges_steps_as_they_happen(server: Server) -> None:
+    """The worker records the judge's live steps as the job's ``step`` events, and the
+    waiting client prints each when it arrives (read with its time), well before the end."""
+    import threading
+
+    tok = server.token("carol")
+    server.start()
+    p = subprocess.Popen([sys.executable, "-m", "grader.cli", "submit", "--server", server.url,
+                          "--json", TASK.name, str(TASK / "candidates" / "good.py")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                         env={**os.environ, "KGRADER_TOKEN": tok})
+    assert p.stdout is not None and p.stderr is not None
+    arrived: list[tuple[float, str]] = []
+
+    def read() -> None:
+        assert p.stderr is not None
+        for raw in p.stderr:
+            arrived.append((time.monotonic(), raw.decode("utf-8", "replace")))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    out = p.stdout.read()
+    assert p.wait(timeout=600) == 0, arrived
+    ended = time.monotonic()
+    reader.join(10)
+    result = json.loads(out)
+    assert result["submission"]["verdict"] == "passed"
+    compiled = next(t for t, ln in arrived if "judge: compile s=" in ln)
+    timed = next(t for t, ln in arrived if "judge: timing s=" in ln)
+    assert compiled < timed and ended - compiled > 1.0, arrived
+    with requests.get(f"{server.url}/v1/submissions/{result['submission']['id']}/events",
+                      headers={"Authorization": f"Bearer {tok}"}, stream=True, timeout=30) as r:
+        kinds_steps = [(ln.split(": ", 1)[1]) for ln in r.iter_lines(decode_unicode=True)
+                       if ln and ln.startswith(("event: ", "data: "))]
+    events = list(zip(kinds_steps[::2], (json.loads(d) for d in kinds_steps[1::2]), strict=True))
+    steps = [d["step"] for k, d in events if k == "step"]
+    assert [k for k, _ in events][:2] == ["queued", "running"] and events[-1][0] == "done"
+    assert steps.index("judge: compile running") < steps.index("judge: compile") \
+        < steps.index("judge: timing"), steps
+    assert all(d["attempt"] == 1 for k, d in events if k == "step")

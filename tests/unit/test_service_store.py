@@ -265,3 +265,18 @@ def test_cancel_moves_a_queued_or_running_job_once_and_a_running_grade_is_not_re
     assert store.counts()["cancelled"] == 2 and store.counts()["done"] == 1
     with pytest.raises(KeyError):
         store.cancel("0" * 32, "x")
+
+
+def test_a_step_event_is_recorded_only_while_its_attempt_runs(target: str | Path) -> None:
+    store = Store(target)
+    jid = _submit(store)
+    assert not store.add_step(jid, 1, {"step": "judge: compile"})  # queued: not yet
+    c = store.claim("w0")
+    assert c is not None
+    assert store.add_step(jid, 1, {"step": "judge: compile", "s": 0.5})
+    assert not store.add_step(jid, 2, {"step": "judge: timing"})  # another attempt's
+    assert store.finish(jid, 1, state="done", verdict="passed", report_json="{}", error=None)
+    assert not store.add_step(jid, 1, {"step": "judge: timing"})  # never after the final event
+    evs = store.events(jid)
+    assert [k for _, _, k, _ in evs] == ["queued", "running", "step", "done"]
+    assert evs[2][3] == {"step": "judge: compile", "s": 0.5}
