@@ -48,7 +48,7 @@ def run_mode(req: JudgeRequest, started: tuple[float, float], gate_wait: float =
         ev = Evaluation(req)
         ev.started_wall = started[0]
         ev.phase("judge_ready", started[1] + gate_wait)
-        progress.tell("judge_ready", "done", ev.phases["judge_ready"])
+        progress.tell("judge_ready", "done", ev.phases.get("judge_ready", 0.0))
         if req.gated:
             ev.phases["gate_wait"] = round(gate_wait, 4)
     except StageFailure as e:
