@@ -12,8 +12,10 @@ report link opens, in the browser, a 200 HTML page of that run, with neither the
 hidden shapes nor the server's secret seeds in it.
 
 Why the intermediate states are certain to be seen (no fixed sleeps; one worker): the
-submissions are all queued before the first look, and no evaluation ends in the few
-seconds they take, so each is first seen pending; a correct entry stays awaiting re-run
+submissions are all queued before the first look, so each is on the page from then on
+(the first one's grade may already have ended: it is then further along), and the last
+one queued waits behind the first ones' whole evaluations, so it is first seen pending; a
+correct entry stays awaiting re-run
 (its re-run pending) at least for its re-run's whole evaluation (~10 s or more: a sandbox,
 two interpreters importing torch, the checks, the timing) while the page reloads every 2 s.
 
