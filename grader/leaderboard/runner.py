@@ -15,6 +15,7 @@ Steps, in order (each result committed by :mod:`grader.leaderboard.state` as it 
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -144,7 +145,10 @@ class Batch:
 
     def _run(self, jobs: list[Job], what: str, skip_done: bool = True) -> None:
         done = self.state.done_keys() if skip_done else set()
-        todo = [j for j in jobs if j.key not in done]
+        # A re-run that cannot be timed is retried, and called a tie only on its last try.
+        last = self.cfg.infra_retries == 0
+        todo = [j if j.round != "rerun" else dataclasses.replace(j, tie_final=last)
+                for j in jobs if j.key not in done]
         self.summary.skipped_done += len(jobs) - len(todo)
         log.info("batch_start", what=what, jobs=len(jobs), already_done=len(jobs) - len(todo),
                  workers=self.engine.workers, engine=self.engine.name)
@@ -153,7 +157,9 @@ class Batch:
             self.engine.run(todo, self._on_result)
             self.progress.stop()
         for attempt in range(self.cfg.infra_retries):
-            again = [j for j in todo if j.key in self.failed]
+            last = attempt == self.cfg.infra_retries - 1
+            again = [j if j.round != "rerun" else dataclasses.replace(j, tie_final=last)
+                     for j in todo if j.key in self.failed]
             if not again:
                 break
             self.summary.retried += len(again)

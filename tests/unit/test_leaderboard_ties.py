@@ -3,6 +3,7 @@ resumed run refuses to grade a state on another secret's seeds."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,9 @@ def test_a_rerun_the_host_cannot_time_is_correct_and_tied_not_an_infrastructure_
     assert "timing_unreliable" in main.infra_error
     # a correctness failure is never a tie
     assert not tied_within_noise(_unreliable(passed=False))
+    # before its last attempt a re-run is retried, like the selection round's jobs
+    early = run_job(dataclasses.replace(_job("rerun"), tie_final=False))
+    assert early.row is None and "timing_unreliable" in (early.infra_error or "")
 
 
 def _row(sub: str, rnd: str, code: str | None, speedup: float | None) -> EvalRow:

@@ -186,14 +186,15 @@ def test_the_active_jobs_quota_is_a_429_until_a_job_finishes(tmp_path: Path) -> 
         assert client.post("/v1/submissions", headers=_auth(tok), json=body).status_code == 201
 
 
-def _one_job(tmp_path: Path, store: Store, **workers_kw: Any) -> Any:
-    """One ``run`` job of vector_add_small through real worker threads: its row once final."""
+def _one_job(tmp_path: Path, store: Store, mode: str = "run", **workers_kw: Any) -> Any:
+    """One job of vector_add_small (``run`` unless named) through real worker threads: its
+    row once final."""
     from grader.leaderboard.seeds import Secret
     from grader.service.worker import Slot, Workers, load_tasks
 
     workers = Workers(store, load_tasks(tmp_path / "tasks", Secret(b"k" * 32, "t")),
                       [Slot("cpu0", "bwrap", "cpu")], **workers_kw)
-    job = store.submit(token_id="t", task="vector_add_small", mode="run", label="", source=GOOD,
+    job = store.submit(token_id="t", task="vector_add_small", mode=mode, label="", source=GOOD,
                        source_sha="s", view_sha="v", max_active=5, max_per_day=5)
     assert not isinstance(job, str)
     workers.start()
@@ -299,6 +300,28 @@ def test_an_infrastructure_failure_is_retried_after_a_growing_backoff_then_grade
     assert delays == [0.4, 0.8]
     assert [retry_delay(n, 10.0) for n in (1, 2, 3, 9)] == [10.0, 20.0, 40.0, 300.0]
     assert retry_delay(3, 0.0) == 0.0
+
+
+def test_a_rerun_the_host_cannot_time_is_retried_and_tied_only_on_its_last_attempt(
+        tmp_path: Path) -> None:
+    from grader.report.model import CorrectnessResult, ReportError
+    from grader.service.worker import RERUN
+
+    shutil.copytree(TASK, tmp_path / "tasks" / TASK.name)
+    store = Store(tmp_path / "s.sqlite")
+    graded: list[str] = []
+
+    def always_loaded(req: EvalRequest) -> Report:  # correct, never timed apart
+        graded.append(req.task.name)
+        return Report(ok=False, stage="accept", task=req.task.name,
+                      correctness=CorrectnessResult(passed=True, checks=4),
+                      errors=[ReportError(stage="accept", code="timing_unreliable",
+                                          origin="infrastructure", message="too loaded")])
+
+    row = _one_job(tmp_path, store, mode=RERUN, grader=always_loaded, max_attempts=3,
+                   retry_backoff_s=0.0)
+    assert len(graded) == 3 and row.attempts == 3  # retried, not a tie at the first try
+    assert row.state == "done" and row.verdict == "ok"  # then tied within noise: a result
 
 
 def test_cancel_tasks_test_mode_and_the_operators_owner_column(env: Any) -> None:
