@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
 import time
 from pathlib import Path
 from typing import Literal
@@ -89,6 +90,8 @@ class EvalRequest(BaseModel):
     build_cache: bool = Field(True, description="Load and keep each source's builds "
                               "(grader.builds); off for a replay, where a source's kept files "
                               "could hold answers to the very seeds it is graded on again.")
+    cancel: threading.Event | None = Field(None, description="Set to stop the evaluation: "
+                                           "its sandbox is killed (a cancelled service job).")
     gate: MeasureGate | None = Field(None, description="The device's measurement gate: the "
                                      "sandbox prepares, then waits for its turn before it "
                                      "touches the device (grader.backends.gate).")
@@ -183,7 +186,7 @@ def evaluate(req: EvalRequest) -> Report:
     staged_req = req.model_copy(update={"task": spec})
     with judge_run(judge_request(staged_req, device, floor), sources(staged_req), backend, limits,
                    gpu_ids=req.gpu_ids, gate=req.gate, work_dir=req.work_dir,
-                   keep=req.keep) as run:
+                   keep=req.keep, cancel=req.cancel) as run:
         report = collect(report, spec, backend, run.outcome, run.staged, limits)
         if report.sandbox is not None:
             report.sandbox.phases = frame_phases(report.sandbox.phases, run.launched,

@@ -22,6 +22,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -198,7 +199,8 @@ def stage(request: wire.JudgeRequest, files: Mapping[str, str], limits: Limits, 
 
 def launch(staged: Staged, backend: SandboxBackend, limits: Limits, device: wire.Device, *,
            gpu_ids: tuple[str, ...] = (), gate: MeasureGate | Turn | None = None,
-           progress: JudgeProgress | None = None) -> JudgeRun:
+           progress: JudgeProgress | None = None,
+           cancel: threading.Event | None = None) -> JudgeRun:
     """Run the judge once on a staged folder (``gate``: only if :func:`stage` was ``gated``;
     a :class:`Turn` of the caller's own, such as a warm sandbox's in :mod:`grader.pool`, is
     used as it is). The judge's steps reach this thread's step listeners (:mod:`grader.logs`)
@@ -212,7 +214,7 @@ def launch(staged: Staged, backend: SandboxBackend, limits: Limits, device: wire
         outcome = backend.run(SandboxSpec(in_dir=staged.in_dir, out_dir=staged.out_dir,
                                           argv=JUDGE_ARGV, limits=limits, device=device,
                                           gpu_ids=gpu_ids, label=uuid.uuid4().hex[:12],
-                                          gate=turn))
+                                          gate=turn, cancel=cancel))
     finally:
         if progress is None and feed is not None:
             feed.close()
@@ -236,7 +238,7 @@ def discard(staged: Staged, *, keep: bool = False) -> None:
 def judge_run(request: wire.JudgeRequest, files: Mapping[str, str], backend: SandboxBackend,
               limits: Limits, *, gpu_ids: tuple[str, ...] = (), gate: MeasureGate | None = None,
               work_dir: Path | None = None, prefix: str = "kgrader-eval-",
-              keep: bool = False) -> Iterator[JudgeRun]:
+              keep: bool = False, cancel: threading.Event | None = None) -> Iterator[JudgeRun]:
     """Stage, launch and yield the finished run; the folder goes when the block ends. With
     ``request.builds``, each source's kept builds are staged in and what its runners built
     is kept afterwards (:mod:`grader.builds`)."""
@@ -245,7 +247,8 @@ def judge_run(request: wire.JudgeRequest, files: Mapping[str, str], backend: San
     staged = stage(request, files, limits, work_dir=work_dir, prefix=prefix,
                    gated=gate is not None, builds=keys)
     try:
-        yield launch(staged, backend, limits, request.device, gpu_ids=gpu_ids, gate=gate)
+        yield launch(staged, backend, limits, request.device, gpu_ids=gpu_ids, gate=gate,
+                     cancel=cancel)
         build_cache.keep(staged.out_dir, keys, build_cache.cache_root())
     finally:
         discard(staged, keep=keep)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import abc
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,6 +86,8 @@ class SandboxSpec:
     # A turn at the device's measurement gate (grader.backends.gate): the judge waits at
     # it before touching the device, and the wall limit counts from the grant.
     gate: Turn | None = None
+    # Set when the evaluation is cancelled (a service job): the backend kills the sandbox.
+    cancel: threading.Event | None = None
 
 
 @dataclass

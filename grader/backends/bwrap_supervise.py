@@ -14,6 +14,7 @@ import structlog
 
 from grader.backends import cgroups
 from grader.backends.base import SandboxOutcome, SandboxSpec
+from grader.backends.cancel import watch
 from grader.backends.classify import Evidence, classify, decode_status
 from grader.backends.enforcement import Enforcement
 from grader.backends.gate import MAX_WAIT_FACTOR
@@ -119,6 +120,7 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
                    pids=None if cg else lim.pids, kill=kill_tree,
                    pids_hit=cg.pids_hit if cg else None)
     dog.start()
+    end_watch = watch(spec.cancel, kill_tree)  # a cancelled job's sandbox (grader.service)
     gdog = None
     if spec.device == "cuda":
         gdog = GpuWatch(proc.pid, spec.gpu_ids,
@@ -137,6 +139,7 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
             cg.destroy()
         raise
     finally:
+        end_watch()
         dog.stop()
         if gdog is not None:
             gdog.stop()

@@ -28,6 +28,7 @@ import structlog
 
 from grader import builds as build_cache
 from grader.backends.base import SandboxBackend
+from grader.backends.cancel import watch
 from grader.backends.gate import MeasureGate
 from grader.backends.progress import JudgeProgress
 from grader.backends.select import select_backend
@@ -78,6 +79,7 @@ class WarmSandbox:
         request = dataclasses.replace(
             judge_request(template.model_copy(update={"task": self.spec}), self.device, floor),
             warm=True)
+        self._cancel = threading.Event()  # set by the request's own (a cancelled job)
         self.builds = request.builds  # each source's kept builds (grader.builds)
         self._build_keys: dict[str, str] = {}
         self.staged = stage(request, {}, limits, work_dir=template.work_dir,
@@ -102,7 +104,8 @@ class WarmSandbox:
     def _supervise(self) -> None:
         try:
             self.run = launch(self.staged, self.backend, self.limits, self.device,
-                              gpu_ids=self.gpu_ids, gate=self.turn, progress=self.progress)
+                              gpu_ids=self.gpu_ids, gate=self.turn, progress=self.progress,
+                              cancel=self._cancel)
         except BaseException as e:  # reported by evaluate(), or logged by the pool
             self.error = e
         finally:
@@ -171,7 +174,11 @@ class WarmSandbox:
         if self.progress is not None:  # its steps from the grant on are this caller's
             self.progress.sink = relay()
         self.turn.staged()
-        self._thread.join()
+        end_watch = watch(req.cancel, self._cancel.set)  # a cancelled job kills this sandbox
+        try:
+            self._thread.join()
+        finally:
+            end_watch()
         try:
             if self.run is None:
                 raise InfrastructureError(f"the warm sandbox did not run: {self.error!r}")

@@ -213,8 +213,8 @@ async def get_job(request: Request) -> Response:
 
 
 async def cancel(request: Request) -> Response:
-    """Cancel a queued job (never graded), or a running one (its grade is not recorded);
-    a finished one is 409 ``already_finished``."""
+    """Cancel a queued job (never graded), or a running one (its sandbox is killed and its
+    grade is not recorded); a finished one is 409 ``already_finished``."""
     svc: Service = request.app.state.svc
     row, job = await svc.owned_job(request)
     who = "an operator" if row.role == "operator" and row.id != job.token_id else "its submitter"
@@ -222,7 +222,10 @@ async def cancel(request: Request) -> Response:
     if not now:
         raise ApiError(409, "already_finished", f"submission {job.id} is {was}: only a queued "
                        "or running one can be cancelled")
-    log.info("service_cancelled", job=job.id, token=row.name, was=was)
+    # A running job's sandbox is killed now, not left to run to its end (local workers;
+    # Ray workers' evaluations end within their limits and are not recorded).
+    killed = was == "running" and svc.workers.cancel(job.id)
+    log.info("service_cancelled", job=job.id, token=row.name, was=was, sandbox_killed=killed)
     after = await run_in_threadpool(svc.store.job, job.id)
     assert after is not None
     return JSONResponse({"submission": after.public(), "was": was})

@@ -166,6 +166,17 @@ class Workers:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._cancels: dict[str, threading.Event] = {}  # running job -> its sandbox's stop
+        self._cancels_lock = threading.Lock()
+
+    def cancel(self, job_id: str) -> bool:
+        """Kill the sandbox grading ``job_id`` here, if one is (the store has already marked
+        the job cancelled, so its grade is not recorded); whether one was."""
+        with self._cancels_lock:
+            ev = self._cancels.get(job_id)
+        if ev is not None:
+            ev.set()
+        return ev is not None
 
     def start(self) -> None:
         for slot in self.slots:
@@ -227,9 +238,16 @@ class Workers:
                 raise UsageError(f"task {job.task!r} is not served any more")
             entry = self.store.best_entry(job.task) if job.mode == "accept" else None
             best, best_was = (entry[1], entry[0]) if entry else (None, "")
-            with on_step(self._steps(c)):  # the judge's steps, live, as the job's events
-                report = self.grader(build_request(job.mode, c.source, task, slot, job.id,
-                                                   best))
+            req = build_request(job.mode, c.source, task, slot, job.id, best)
+            stop = threading.Event()
+            with self._cancels_lock:
+                self._cancels[job.id] = stop
+            try:
+                with on_step(self._steps(c)):  # the judge's steps, live, as the job's events
+                    report = self.grader(req.model_copy(update={"cancel": stop}))
+            finally:
+                with self._cancels_lock:
+                    self._cancels.pop(job.id, None)
             # A re-run the host cannot time is retried like any spoiled grade, and called a
             # tie only on its last attempt (under load every first try could be a tie).
             tied = job.mode == RERUN and tied_within_noise(report) \

@@ -324,6 +324,41 @@ def test_a_rerun_the_host_cannot_time_is_retried_and_tied_only_on_its_last_attem
     assert row.state == "done" and row.verdict == "ok"  # then tied within noise: a result
 
 
+def test_cancelling_a_running_job_stops_its_evaluation(tmp_path: Path) -> None:
+    """The cancel route sets the running evaluation's ``cancel`` (the backends kill its
+    sandbox on it: tests/unit/test_backend_cancel.py), and the late grade is not recorded."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(TASK, tasks / "vector_add_small")
+    cfg = ServiceConfig(tasks_dir=tasks, data_dir=tmp_path / "data", device="cpu",
+                        backend="bwrap", max_source_bytes=4096, read_per_min=1000)
+    started, stopped = threading.Event(), threading.Event()
+
+    def blocking(req: EvalRequest) -> Report:  # a long evaluation, until it is cancelled
+        started.set()
+        assert req.cancel is not None
+        if req.cancel.wait(30):
+            stopped.set()
+        return fake_grade(req)
+
+    app = build(cfg, grader=blocking)
+    store = Store(cfg.store_path)
+    tok = add_token(store, "alice", "submitter")[0]
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job = client.post("/v1/submissions", headers=_auth(tok),
+                          json={"task": "vector_add_small", "source": GOOD}).json()
+        assert started.wait(30)
+        t0 = time.monotonic()
+        out = client.post(f"/v1/submissions/{job['id']}/cancel", headers=_auth(tok))
+        assert out.status_code == 200 and out.json()["was"] == "running", out.text
+        assert stopped.wait(5) and time.monotonic() - t0 < 5
+        for _ in range(100):
+            row = store.job(job["id"])
+            if row is not None and store.events(job["id"])[-1][2] == "cancelled":
+                break
+            time.sleep(0.05)
+        assert row is not None and row.state == "cancelled" and row.verdict is None
+
+
 def test_cancel_tasks_test_mode_and_the_operators_owner_column(env: Any) -> None:
     client, toks, store = env
     seen.clear()

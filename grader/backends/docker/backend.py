@@ -138,7 +138,7 @@ class DockerBackend(SandboxBackend):
                 cleanup.track(container)
                 log.info("docker.created", id=container.short_id, image=image, label=spec.label)
                 watched = supervise(client, container, spec.limits.wall_s,
-                                    spec.limits.output_bytes)
+                                    spec.limits.output_bytes, spec.cancel)
             except docker.errors.ImageNotFound as exc:
                 raise ImageMissingError(
                     f"docker image {image} disappeared",

@@ -24,6 +24,7 @@ import requests.exceptions
 import structlog
 from docker.models.containers import Container
 
+from grader.backends.cancel import watch
 from grader.backends.classify import Evidence, decode_status
 from grader.backends.output import OutputDrain
 from grader.errors import SandboxUnavailableError
@@ -109,7 +110,7 @@ def _tether(client: docker.DockerClient, container: Container) -> Any:
 
 
 def supervise(client: docker.DockerClient, container: Container, wall_s: float,
-              cap: int) -> Watched:
+              cap: int, cancel: threading.Event | None = None) -> Watched:
     """Start ``container`` and watch it until it ends or the host kills it."""
     drains = []
     for out in (True, False):
@@ -124,9 +125,11 @@ def supervise(client: docker.DockerClient, container: Container, wall_s: float,
     watcher = PidsWatcher(container, pids_events_file(str(container.id)))
     watcher.start()
     timed_out = False
+    end_watch = watch(cancel, container.kill)  # a cancelled job's container (grader.service)
     try:
         status, timed_out = _wait(container, wall_s)
     finally:
+        end_watch()
         wall = time.monotonic() - started
         watcher.stop.set()
         watcher.join(timeout=2)
