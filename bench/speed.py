@@ -17,7 +17,7 @@ Rows (each with its phases in the JSON):
 * **inline resubmission** (``--inline`` > 0): a ``load_inline`` source graded twice with a
   fresh build cache (``grader/builds.py``): the first grade builds, the second loads the
   kept build. CPU: ``bench/candidates/inline_add_cpp.py`` (C++); CUDA:
-  ``tests/legit/cuda_inline/inline_vector_add.py``-style CUDA is not wired yet.
+  ``bench/candidates/inline_add_cuda.py`` (nvcc).
 * **mix** (``--mix N``): N plain evaluations (good, slow, wrong of vector_add, softmax,
   matmul; the CPU: vector_add_small) one after another through one pool per task (one
   measurement gate), as one worker per GPU would: evaluations per minute and honest
@@ -58,7 +58,8 @@ MIX_TASKS = {"cpu": ("vector_add_small", "softmax", "matmul"),
              "cuda": ("vector_add", "softmax", "matmul")}
 MIX_KINDS = ("good", "slow", "wrong")
 GPU_COMMAND = ("python3 bench/speed.py --device cuda --rounds 5 --mix 60 --accept 3 --field 3 "
-               "--pool-size 2 --refill-while-busy on --json bench/results/speed-h200.json")
+               "--inline 1 --pool-size 2 --refill-while-busy on "
+               "--json bench/results/speed-h200.json")
 
 
 def _request(task: Path, candidate: Path, device: str, current: Path | None = None
@@ -238,7 +239,8 @@ def field(args: argparse.Namespace, example_cold_s: float) -> dict[str, Any]:
             "ratio_to_example_cold": round(cold / example_cold_s, 3), "rows": rows}
 
 
-INLINE = {"cpu": ROOT / "bench" / "candidates" / "inline_add_cpp.py"}
+INLINE = {"cpu": ROOT / "bench" / "candidates" / "inline_add_cpp.py",
+          "cuda": ROOT / "bench" / "candidates" / "inline_add_cuda.py"}
 
 
 def inline(args: argparse.Namespace, task: Path) -> dict[str, Any]:
