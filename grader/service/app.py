@@ -300,8 +300,12 @@ async def view(request: Request) -> Response:
         raise ApiError(404, "not_found", "no such report")
     report = await run_in_threadpool(svc.report_for, job, False) \
         if job.state in FINAL else None
+    # While it runs: the judge's steps of its current attempt so far (the job's step events).
+    steps = [] if job.state in FINAL else \
+        [d for _, _, kind, d in await run_in_threadpool(svc.store.events, job.id)
+         if kind == "step" and d.get("attempt", job.attempts) == job.attempts]
     headers = pages.HEADERS | ({} if job.state in FINAL else {"Refresh": "3"})
-    return Response(pages.report_page(job.public(), report), media_type="text/html",
+    return Response(pages.report_page(job.public(), report, steps), media_type="text/html",
                     headers=headers)
 
 

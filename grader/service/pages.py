@@ -16,15 +16,21 @@ _STYLE = ("body{font-family:sans-serif;margin:2em;max-width:1100px}td,th{border:
           "pre{white-space:pre-wrap;background:#f6f6f6;padding:1em}")
 
 
-def report_page(job: dict[str, Any], report: dict[str, Any] | None) -> str:
+def report_page(job: dict[str, Any], report: dict[str, Any] | None,
+                steps: list[dict[str, Any]] | None = None) -> str:
     """The job's facts and its (candidate-facing) report; while it runs, a waiting note
-    (the response's ``Refresh`` header reloads it)."""
+    with the judge's steps so far (the response's ``Refresh`` header reloads it)."""
     keys = [k for k in ("id", "entry", "task", "mode", "label", "state", "verdict", "attempts",
                         "error") if k in job]
     rows = "".join(f'<tr><th>{escape(k)}</th><td id="job-{escape(k)}">'
                    f"{escape('' if job.get(k) is None else str(job[k]))}</td></tr>" for k in keys)
     if report is None:
-        tail = "<p>Not finished yet: this page reloads itself.</p>" \
+        shown = [escape(str(st.get("step", "")))
+                 + (f" ({float(st['s']):.2f} s)" if isinstance(st.get("s"), int | float) else "")
+                 for st in (steps or [])]
+        items = "".join(f"<li>{x}</li>" for x in shown)
+        progress = f'<p>Steps so far:</p><ol id="steps">{items}</ol>' if shown else ""
+        tail = f"<p>Not finished yet: this page reloads itself.</p>{progress}" \
             if job.get("state") not in ("done", "failed", "cancelled") else \
             ("<p>Cancelled: no report.</p>" if job.get("state") == "cancelled" else "<p>No report.</p>")
     else:

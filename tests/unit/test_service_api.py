@@ -359,6 +359,33 @@ def test_cancelling_a_running_job_stops_its_evaluation(tmp_path: Path) -> None:
         assert row is not None and row.state == "cancelled" and row.verdict is None
 
 
+def test_a_running_jobs_page_lists_the_judges_steps_so_far(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks"
+    shutil.copytree(TASK, tasks / "vector_add_small")
+    cfg = ServiceConfig(tasks_dir=tasks, data_dir=tmp_path / "data", device="cpu",
+                        backend="bwrap", max_source_bytes=4096, read_per_min=1000)
+    started = threading.Event()
+
+    def blocking(req: EvalRequest) -> Report:
+        started.set()
+        assert req.cancel is not None
+        req.cancel.wait(30)
+        return fake_grade(req)
+
+    app = build(cfg, grader=blocking)
+    store = Store(cfg.store_path)
+    tok = add_token(store, "alice", "submitter")[0]
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job = client.post("/v1/submissions", headers=_auth(tok),
+                          json={"task": "vector_add_small", "source": GOOD}).json()
+        assert started.wait(30)
+        assert store.add_step(job["id"], 1, {"step": "judge: compile <b>", "s": 0.5})
+        page = client.get(job["view_url"])
+        assert page.status_code == 200 and page.headers["refresh"] == "3"
+        assert "<li>judge: compile &lt;b&gt; (0.50 s)</li>" in page.text  # escaped
+        client.post(f"/v1/submissions/{job['id']}/cancel", headers=_auth(tok))
+
+
 def test_cancel_tasks_test_mode_and_the_operators_owner_column(env: Any) -> None:
     client, toks, store = env
     seen.clear()
