@@ -95,6 +95,10 @@ def needs_rerun(runs: Sequence[Run], scheduled: set[str]) -> Run | None:
 
 
 def _overlap(a: Run, b: Run) -> bool:
+    if a.tied or b.tied:  # a tie with the reference is a speed-up of 1 within noise
+        other = b if a.tied else a
+        return other.tied or (other.low is not None and other.high is not None
+                              and other.low <= 1.0 <= other.high)
     if a.speedup is None or b.speedup is None:
         return a.speedup is None and b.speedup is None
     if a.speedup == b.speedup:
@@ -157,7 +161,10 @@ def _lines(by_entry: dict[str, list[Run]]) -> list[Line]:
             wrong.append(Line(entry, "not_correct", last, len(runs), note=note))
 
     def by_speed(line: Line) -> tuple[bool, float, str]:
-        return (line.run.speedup is None, -(line.run.speedup or 0.0), line.entry)
+        # A re-run tied with the reference ranks as a speed-up of 1 (within noise): above a
+        # measured slower entry, below a measured faster one.
+        speedup = 1.0 if line.run.tied else line.run.speedup
+        return (speedup is None, -(speedup or 0.0), line.entry)
 
     ranked.sort(key=by_speed)
     waiting.sort(key=by_speed)

@@ -277,6 +277,8 @@ class RayWorkers(Workers):
     def health(self) -> dict[str, Any]:
         return {"ok": self.cluster.alive, "ray": self.cluster.health()}
 
+    kills_on_cancel = False  # the request is shipped to a node: no event crosses
+
     def run_one(self, c: Claimed, slot: Slot) -> None:
         self._node.name, self._node.slot = None, slot.name
         super().run_one(c, slot)

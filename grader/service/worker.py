@@ -157,6 +157,10 @@ BoardHook = Callable[[str], None]  # a finished leaderboard job's id
 class Workers:
     """Threads that drain the queue; :meth:`wake` after a submission."""
 
+    # Whether a cancelled running job's sandbox is killed here (its request carries the
+    # event); Ray workers ship the request to a node, where no event of this process reaches.
+    kills_on_cancel = True
+
     def __init__(self, store: Store, tasks: dict[str, ServiceTask], slots: list[Slot],
                  *, grader: Grader = grade, max_attempts: int = 4, retry_backoff_s: float = 10.0,
                  on_leaderboard: BoardHook | None = None):
@@ -243,8 +247,10 @@ class Workers:
             with self._cancels_lock:
                 self._cancels[job.id] = stop
             try:
+                if self.kills_on_cancel:  # a local sandbox: killed on cancel
+                    req = req.model_copy(update={"cancel": stop})
                 with on_step(self._steps(c)):  # the judge's steps, live, as the job's events
-                    report = self.grader(req.model_copy(update={"cancel": stop}))
+                    report = self.grader(req)
             finally:
                 with self._cancels_lock:
                     self._cancels.pop(job.id, None)

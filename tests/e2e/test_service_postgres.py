@@ -116,7 +116,7 @@ def test_a_server_on_postgresql_grades_a_real_submission_and_survives_a_restart(
         srv.stop(signal.SIGKILL)
         srv.start()  # the same database: the job is there, finished, not graded again
         listed = _kgrader("status", "--server", srv.url, "--json", token=tok)
-        jobs = json.loads(listed.stdout)
+        jobs = json.loads(listed.stdout)["submissions"]
         assert [(j["state"], j["attempts"]) for j in jobs] == [("done", 1)]
         assert not (srv.data / "service.sqlite").exists()  # the store is PostgreSQL's
     finally:
