@@ -31,7 +31,7 @@ import os
 _home = os.environ["HOME"]
 for sub in ("builds/ext/" + "0" * 40, "triton/planted"):
     os.makedirs(os.path.join(_home, sub), exist_ok=True)
-with open(os.path.join(_home, "builds/ext/" + "0" * 40, "kg_e2e_inline_add.so"), "wb") as f:
+with open(os.path.join(_home, "builds/ext/" + "0" * 40, "kg_bench_inline_add.so"), "wb") as f:
     f.write(b"not an extension")
 with open(os.path.join(_home, "triton/planted/add_kernel.json"), "w") as f:
     f.write("{}")
@@ -89,7 +89,7 @@ def test_what_a_source_plants_stays_in_its_own_entry(tmp_path: Path, cache_root:
     _grade(_task(tmp_path), planter)
     own = _entry(cache_root, PLANTER)
     kept = _files(own)
-    assert f"ext/{'0' * 40}/kg_e2e_inline_add.so" in kept and "triton/planted/add_kernel.json" in kept
+    assert f"ext/{'0' * 40}/kg_bench_inline_add.so" in kept and "triton/planted/add_kernel.json" in kept
     assert not any(f.endswith(("passwd", "fifo")) for f in kept), kept  # no link, no FIFO
     assert not any(os.path.islink(p) for p in own.rglob("*"))
     assert [p.name for p in cache_root.iterdir()] == [own.name]
@@ -101,7 +101,7 @@ def test_a_source_graded_again_loads_its_kept_build(tmp_path: Path, cache_root: 
     _, first = _grade(task, cand)  # the planter's fake build under its key is not this one's
     entry = _entry(cache_root, CANDIDATE)
     kept = _files(entry)
-    assert any(f.startswith("ext/") and f.endswith("/kg_e2e_inline_add.so") for f in kept), kept
+    assert any(f.startswith("ext/") and f.endswith("/kg_bench_inline_add.so") for f in kept), kept
     assert not any("0" * 40 in f or "planted" in f for f in kept), kept
     _, second = _grade(task, cand)
     assert _files(entry) == kept  # nothing built again, so nothing new kept

@@ -17,25 +17,8 @@ from grader.evaluate import EvalRequest, evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_ONLY = str(ROOT / "tests" / "policies" / "runtime-only.toml")
-CANDIDATE = '''
-import torch
-from torch.utils.cpp_extension import load_inline
-
-_SRC = """
-#include <torch/extension.h>
-void add(torch::Tensor x, torch::Tensor y, torch::Tensor out) {
-  auto n = out.numel();
-  auto* a = x.data_ptr<at::Half>(); auto* b = y.data_ptr<at::Half>();
-  auto* o = out.data_ptr<at::Half>();
-  for (int64_t i = 0; i < n; ++i) o[i] = static_cast<at::Half>(float(a[i]) + float(b[i]));
-}
-"""
-_mod = load_inline("kg_e2e_inline_add", cpp_sources=[_SRC], functions=["add"])
-
-
-def launch(x, y, out):
-    _mod.add(x, y, out)
-'''
+# The one inline C++ candidate (also bench/speed.py's inline row).
+CANDIDATE = (ROOT / "bench" / "candidates" / "inline_add_cpp.py").read_text()
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.slow,
               pytest.mark.skipif(shutil.which("c++") is None or shutil.which("ninja") is None,

@@ -324,13 +324,18 @@ def test_a_rerun_the_host_cannot_time_is_retried_and_tied_only_on_its_last_attem
     assert row.state == "done" and row.verdict == "ok"  # then tied within noise: a result
 
 
+def _config(tmp_path: Path) -> ServiceConfig:
+    """A service over vector_add_small in ``tmp_path`` (the ``env`` fixture's settings)."""
+    tasks = tmp_path / "tasks"
+    shutil.copytree(TASK, tasks / "vector_add_small")
+    return ServiceConfig(tasks_dir=tasks, data_dir=tmp_path / "data", device="cpu",
+                         backend="bwrap", max_source_bytes=4096, read_per_min=1000)
+
+
 def test_cancelling_a_running_job_stops_its_evaluation(tmp_path: Path) -> None:
     """The cancel route sets the running evaluation's ``cancel`` (the backends kill its
     sandbox on it: tests/unit/test_backend_cancel.py), and the late grade is not recorded."""
-    tasks = tmp_path / "tasks"
-    shutil.copytree(TASK, tasks / "vector_add_small")
-    cfg = ServiceConfig(tasks_dir=tasks, data_dir=tmp_path / "data", device="cpu",
-                        backend="bwrap", max_source_bytes=4096, read_per_min=1000)
+    cfg = _config(tmp_path)
     started, stopped = threading.Event(), threading.Event()
 
     def blocking(req: EvalRequest) -> Report:  # a long evaluation, until it is cancelled
@@ -360,10 +365,7 @@ def test_cancelling_a_running_job_stops_its_evaluation(tmp_path: Path) -> None:
 
 
 def test_a_running_jobs_page_lists_the_judges_steps_so_far(tmp_path: Path) -> None:
-    tasks = tmp_path / "tasks"
-    shutil.copytree(TASK, tasks / "vector_add_small")
-    cfg = ServiceConfig(tasks_dir=tasks, data_dir=tmp_path / "data", device="cpu",
-                        backend="bwrap", max_source_bytes=4096, read_per_min=1000)
+    cfg = _config(tmp_path)
     started = threading.Event()
 
     def blocking(req: EvalRequest) -> Report:
