@@ -26,12 +26,12 @@ from grader.backends.gate import MeasureGate
 from grader.backends.select import select_backend
 from grader.diagnostics.locate import sanitize_request
 from grader.errors import UsageError
+from grader.grading.summary import build_report, no_record_error
 from grader.judgecall import Staged, judge_run, limits_wire, read_record, resolve_device
 from grader.limits import Limits
 from grader.measure.floors import floor_ms
 from grader.report.model import CandidateInfo, Report, ReportError, SandboxInfo
 from grader.report.record import ResultProblem
-from grader.report.summary import build_report, no_record_error
 from grader.scan import load_policy, read_candidate, scan_source
 from grader.scan.policy import Policy, kernel_only
 from grader.shapes import draw_shapes

@@ -55,7 +55,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import filelock
 from pydantic import ValidationError
@@ -68,7 +68,6 @@ from grader.durable import (
     write_fsynced,
 )
 from grader.errors import TaskError, UsageError
-from grader.experience.hooks import remember_records_folder
 from grader.report.model import Report
 
 __all__ = [
@@ -299,19 +298,7 @@ class Records:
         fsync_dir(evals)
         return final
 
-    def finish(self, eval_dir: str | Path, report: Report, accepted: bool | None, *,
-               origin: Literal["run", "tool"] = "run") -> TrajectoryEntry | None:
-        """:meth:`_finish`, then the evaluation goes to the experience store (never raises).
-
-        ``origin`` names who graded it (``kgrader run --records`` or an agent tool).
-        """
-        entry = self._finish(eval_dir, report, accepted)
-        # After the commit point: the store's time never delays the decision.
-        remember_records_folder(Path(eval_dir), report, entry.accepted if entry else None,
-                                origin=origin)
-        return entry
-
-    def _finish(self, eval_dir: str | Path, report: Report, accepted: bool | None) -> TrajectoryEntry | None:
+    def finish(self, eval_dir: str | Path, report: Report, accepted: bool | None) -> TrajectoryEntry | None:
         """Write report.json; for a decision, log it and (if accepted) install best.py.
 
         ``accepted=None`` means "decide from the report": ``report.acceptance.accepted``

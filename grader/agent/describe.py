@@ -9,7 +9,7 @@ floor where one is known, and the reference's source where the workspace shows i
 **Hidden shapes never leave.** Only their count is given (for a generated task: how many
 are drawn per evaluation, never the ranges' draws). The correctness seeds are secret and
 given as a count. The reference's source is scrubbed with the same rule as every report
-(:func:`grader.report.redact.scrub_text`); when scrubbing would change it (the source
+(:func:`grader.grading.redact.scrub_text`); when scrubbing would change it (the source
 names a value of a hidden dimension), it is withheld instead of shown altered.
 
 Whether the reference's source is shown is the workspace's ``show_reference`` setting
@@ -25,9 +25,9 @@ from typing import Any
 from grader.agent.workspace import Workspace
 from grader.backends.select import detect_device
 from grader.errors import KgraderError
+from grader.grading.redact import facts_for, scrub_text, scrub_tree
 from grader.measure.floors import floor_ms
 from grader.measure.peaks import load_entries
-from grader.report.redact import facts_for, scrub_text, scrub_tree
 from grader.scan import load_policy
 from grader.scan.policy import Policy
 from grader.task import TaskSpec, load_task

@@ -42,7 +42,7 @@ from grader.agent import tools as kt
 from grader.agent.results import fault
 from grader.agent.schemas import check_args, mcp_tools
 from grader.errors import KgraderError
-from grader.report.redact import facts_for
+from grader.grading.redact import facts_for
 
 __all__ = ["PROGRESS_EVERY_S", "TASK_URI", "build_server", "serve"]
 

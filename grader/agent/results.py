@@ -7,8 +7,8 @@ from typing import Any
 
 from grader.agent.schemas import BadArgument
 from grader.errors import CandidateFileError, KgraderError, UsageError
+from grader.grading.redact import ShapeFacts, scrub_text
 from grader.report.model import Report
-from grader.report.redact import ShapeFacts, scrub_text
 
 __all__ = ["TIMING_KEYS", "base", "error_dict", "fault", "not_reached", "timing_fields"]
 

@@ -26,7 +26,7 @@ Returned fields (absent stage = ``null`` fields plus the reason in ``unmeasured`
   ``compute_utilization_pct``, ``roofline_fraction``, ``sm_saturation_pct`` (an alias of
   ``compute_utilization_pct``, not SM occupancy) and the rest of :class:`grader.measure.profile.Profile`;
   ``advice`` (at most five sentences per kernel, ``"kernel: sentence"``) and ``diagnostics``
-  (:class:`grader.diagnostics.models.Diagnostics`: per-kernel Nsight Compute counters from a
+  (:class:`grader.report.diagnostics_model.Diagnostics`: per-kernel Nsight Compute counters from a
   separate, untimed profile run; ``null`` fields with reasons where there are none);
 * accept: ``accepted``, ``improvementFraction`` (the report's
   ``acceptance.improvement_fraction``, under the name the tools have always used: the
@@ -57,7 +57,7 @@ Candidate faults are values (``ok: false``); a broken workspace raises
 :class:`WorkspaceError`; an infrastructure fault is ``ok: false`` with stage ``sandbox``.
 
 **Hidden shapes never come back.** Every result is built from the candidate-facing copy
-of the report (:func:`grader.report.redact.redact`): a hidden shape is
+of the report (:func:`grader.grading.redact.redact`): a hidden shape is
 ``{"hidden_shape": k}`` / "hidden shape #k", and the text of a failure after the candidate
 was called on a hidden shape is withheld. ``records/evals/`` keeps the operator's full
 report; an agent must not be given read access to it.
@@ -84,19 +84,19 @@ from grader.agent.workspace import (
 from grader.diagnostics.run import diagnose
 from grader.errors import KgraderError
 from grader.evaluate import EvalRequest, Source, StageName, evaluate
-from grader.experience.hooks import remember_tool
+from grader.experience.hooks import remember_records_folder, remember_tool
 from grader.experience.search import (
     search_for_task,
 )
-from grader.measure.peaks import environment_mismatches, forget, get_peaks
-from grader.measure.profile import analyze, with_counters
-from grader.report.model import Report
-from grader.report.redact import (
+from grader.grading.redact import (
     facts_for,
     redact,
     redact_diagnostics,
     scrub_tree,
 )
+from grader.measure.peaks import environment_mismatches, forget, get_peaks
+from grader.measure.profile import analyze, with_counters
+from grader.report.model import Report
 from grader.report.verdict import acceptance_verdict
 from grader.scan import check_source
 from grader.task import load_task
@@ -323,7 +323,8 @@ def accept_candidate(workspace: str | Path | Workspace, source: str) -> dict[str
             accepted = bool(acc is not None and acc.accepted and report.ok)
         folder = rec.new_evaluation(ws.task_dir, source, best)
         # An infrastructure fault is no decision about the candidate: no trajectory line.
-        rec.finish(folder, report, None if infra else accepted, origin="tool")
+        entry = rec.finish(folder, report, None if infra else accepted)
+        remember_records_folder(folder, report, entry.accepted if entry else None, origin="tool")
         public = _public(ws, report)
         if accepted:  # read back into later results: the candidate's copy's median
             speed.record_best_time(ws, source, public)

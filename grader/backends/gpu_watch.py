@@ -11,7 +11,7 @@ saw nothing).
 * **A shared device**: a compute process on one of the sandbox's GPUs that is alive and not
   in the sandbox's tree (its ancestry does not reach the sandbox's root) is another job's.
   Its kernels time-slice with the candidate's, so the host does not let a timing verdict
-  stand on such a run (:mod:`grader.report.shared_device`).
+  stand on such a run (:mod:`grader.grading.shared_device`).
 
 Without the package, a driver, or a GPU id NVML can resolve, :attr:`GpuWatch.available` is
 False: the memory limit rests on the allocator cap, and sharing goes unseen (the report's

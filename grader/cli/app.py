@@ -145,15 +145,19 @@ def _save(report: Report, out: Path | None, records: Path | None, task_dir: Path
         except KgraderError as e:
             failed.append(str(e))
     if records is not None:
+        from grader.experience.hooks import remember_records_folder
         from grader.records import Records
 
         try:
             rec = Records(records)
             folder = rec.new_evaluation(task_dir, req.candidate.text,
                                         req.current.text if req.current else None)
-            rec.finish(folder, report, report.acceptance.accepted if report.acceptance else None)
+            entry = rec.finish(folder, report,
+                               report.acceptance.accepted if report.acceptance else None)
         except (KgraderError, OSError) as e:
             failed.append(f"--records {records}: cannot record the evaluation: {e}")
+        else:  # after the commit point: the store's time never delays the decision
+            remember_records_folder(folder, report, entry.accepted if entry else None, origin="run")
     return failed
 
 

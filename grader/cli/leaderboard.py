@@ -43,10 +43,15 @@ def _run(as_json: bool = False, progress: bool = True, keep_going: bool = False,
     """Run the batch; exit 2 on infrastructure errors unless ``keep_going`` (the caller
     then reads ``doc["ok"]``)."""
     from grader.cli.board_progress import BoardLines
+    from grader.experience.hooks import remember_leaderboard
     from grader.leaderboard.runner import RunConfig, run_leaderboard
 
+    def remember(job: Any, row: Any, local: bool) -> None:  # every committed job, kept
+        remember_leaderboard(job, row, local=local)
+
     try:
-        summary = run_leaderboard(RunConfig(**kw), progress=BoardLines(enabled=progress))
+        summary = run_leaderboard(RunConfig(**kw), progress=BoardLines(enabled=progress),
+                                  on_committed=remember)
     except KgraderError as e:
         fail(e)
     _print_summary(summary)

@@ -7,13 +7,13 @@
 * :mod:`~grader.diagnostics.records` -- a judge record's diagnostics read into the report's;
 * :mod:`~grader.diagnostics.locate` -- finding the tools on the host, binding them into
   the sandbox, and the ``sanitize`` request of an evaluation;
-* :mod:`~grader.diagnostics.models` -- record and report shapes.
+* :mod:`~grader.report.diagnostics_model` -- record and report shapes.
 
 The sandbox side lives in ``sandbox/tools/profiling.py`` (tool-wrapped runners, the profile
 mode, the sanitized correctness stage) and ``sandbox/tools/counters.py`` (parsers).
 """
 
-from grader.diagnostics.models import (
+from grader.report.diagnostics_model import (
     Diagnostics,
     KernelCounters,
     KernelDiagnostics,

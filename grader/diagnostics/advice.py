@@ -23,8 +23,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import grader
-from grader.diagnostics.models import KernelCounters
 from grader.errors import UsageError
+from grader.report.diagnostics_model import KernelCounters
 
 Severity = Literal["critical", "high", "medium", "low"]
 _RANK: dict[str, int] = {"critical": 0, "high": 1, "medium": 2, "low": 3}

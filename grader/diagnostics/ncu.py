@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from grader.diagnostics.models import KernelCounters, StallReason
+from grader.report.diagnostics_model import KernelCounters, StallReason
 from sandbox.contract.wire import KernelRecord
 
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"

@@ -3,28 +3,20 @@
 The judge's parsed account of what Nsight Compute and compute-sanitizer said
 (:class:`sandbox.contract.wire.DiagnosticsRecord`) becomes counters per kernel, a launch-level
 roofline where the task has a cost model and peaks are known, advice from the rule table,
-and the sanitizer's findings; :func:`record_problem` refuses a record whose diagnostics break
-their caps. Used by the report (every evaluation's record) and by the ``profile`` mode
-(:mod:`grader.diagnostics.run`). Counters are advice, never a verdict.
+and the sanitizer's findings (a record whose diagnostics break their caps was refused
+before, by :func:`grader.report.diagnostics_model.record_problem`). Used by the report
+(every evaluation's record) and by the ``profile`` mode (:mod:`grader.diagnostics.run`). Counters are advice, never a verdict.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from grader.diagnostics.advice import AdviceTable, advise, load_table
-from grader.diagnostics.models import (
-    Diagnostics,
-    KernelDiagnostics,
-    SanitizerFinding,
-    SanitizerResult,
-)
 from grader.diagnostics.ncu import counters, group_launches
 from grader.measure.profile import counters_roofline
+from grader.report.diagnostics_model import Diagnostics, KernelDiagnostics, sanitizer_result
 from grader.task import TaskSpec
 from sandbox.contract import wire
 
@@ -96,28 +88,3 @@ def _counter_bound(dram: float | None, sm: float | None) -> str | None:
     if dram is None or sm is None:
         return None
     return "memory" if dram >= sm else "compute"
-
-
-def record_problem(raw: wire.DiagnosticsRecord) -> str | None:
-    """Why an authenticated record's diagnostics break their caps (the judge's parsers keep
-    to them; a record that does not is refused whole, as for every other cap), or ``None``."""
-    p, s = raw.profile, raw.sanitizer
-    if p is not None and (len(p.kernels) > 256 or len(p.messages) > 40 or any(
-            len(k.name) > 300 or len(k.metrics) > 200 for k in p.kernels)):
-        return "diagnostics.profile exceeds its caps (256 kernels, 40 messages)"
-    if s is not None:
-        if len(s.findings) > 20 or len(s.tool_errors) > 5:
-            return "diagnostics.sanitizer exceeds its caps (20 findings, 5 tool errors)"
-        try:
-            sanitizer_result(s)
-        except ValidationError as e:
-            return f"diagnostics.sanitizer has {e.error_count()} invalid field(s)"
-    return None
-
-
-def sanitizer_result(raw: wire.SanitizerRecord) -> SanitizerResult:
-    return SanitizerResult(tool=raw.tool, ran=raw.ran, overhead_s=raw.wall_s,
-                           error_count=raw.error_count,
-                           findings=[SanitizerFinding.model_validate(dataclasses.asdict(f))
-                                     for f in raw.findings],
-                           unmeasured=raw.unmeasured)

@@ -22,12 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from grader.backends.select import detect_device
 from grader.diagnostics.locate import tool_hint
-from grader.diagnostics.models import Diagnostics
 from grader.diagnostics.ncu import METRICS
 from grader.diagnostics.records import build_diagnostics
 from grader.errors import KgraderError
 from grader.judgecall import mode_request, run_judge_mode
 from grader.measure.peaks import host_probe, load_entries, probe_key, resolve_target
+from grader.report.diagnostics_model import Diagnostics
 from grader.report.model import Report, ReportError
 from grader.scan import load_policy, read_candidate, scan_source
 from grader.scan.policy import kernel_only

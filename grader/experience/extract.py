@@ -16,7 +16,7 @@ once.
 
 **Hidden shapes are never stored.** Agents search this store (and may read its file), so
 an attempt is built from the candidate-facing copy of the report
-(:func:`grader.report.redact.redact`: hidden shapes as ``{"hidden_shape": k}``, the text of
+(:func:`grader.grading.redact.redact`: hidden shapes as ``{"hidden_shape": k}``, the text of
 failures after a hidden shape withheld), and the task's hidden shapes are not kept.
 """
 
@@ -32,9 +32,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from grader.experience.model import Attempt, ErrorItem, Origin, Shape
+from grader.grading.redact import HIDDEN_KEY, ShapeFacts, facts_for, redact, scrub_text
 from grader.measure.peaks import sandbox_fingerprint
 from grader.report.model import Report
-from grader.report.redact import HIDDEN_KEY, ShapeFacts, facts_for, redact, scrub_text
 from grader.task import TaskSpec
 
 __all__ = [

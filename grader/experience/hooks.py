@@ -7,12 +7,14 @@ cannot be opened or written (full disk, a corrupt or newer file) is logged as on
 ``experience_not_recorded`` warning and the grade goes on. ``KGRADER_EXPERIENCE=off``
 switches recording off.
 
-Callers:
+Callers (whoever finishes an evaluation calls the hook itself, after its own commit):
 
-* :meth:`grader.records.Records.finish` -> :func:`remember_records_folder` (``kgrader run
-  --records`` with origin ``run``; ``accept_candidate`` with origin ``tool``);
+* ``kgrader run --records`` (:mod:`grader.cli.app`) and the agent's ``accept_candidate``
+  (:mod:`grader.agent.tools`) -> :func:`remember_records_folder` after
+  :meth:`grader.records.Records.finish`, with origin ``run`` / ``tool``;
 * :mod:`grader.agent.tools` compile/bench/profile -> :func:`remember_tool`;
-* :class:`grader.leaderboard.runner.Batch` -> :func:`remember_leaderboard` per finished job.
+* ``kgrader leaderboard run`` (:mod:`grader.cli.leaderboard`) -> :func:`remember_leaderboard`
+  per committed job, handed to :func:`grader.leaderboard.runner.run_leaderboard`.
 """
 
 from __future__ import annotations

@@ -27,10 +27,10 @@ from grader.experience.extract import (
 )
 from grader.experience.model import MAX_SOURCE_BYTES, ExperienceError, Origin
 from grader.experience.store import ExperienceStore
+from grader.grading.redact import ShapeFacts
 from grader.leaderboard.render import SHAPES_META
 from grader.leaderboard.state import State
 from grader.records import EVALS, REPORT, TOOL_CALLS, read_trajectory
-from grader.report.redact import ShapeFacts
 
 __all__ = ["ImportSummary", "import_leaderboard_state", "import_path", "import_records"]
 

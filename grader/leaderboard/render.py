@@ -11,7 +11,7 @@ row says so in words. :func:`render_state` renders from an open :class:`State` (
 board calls it); :func:`render_site` opens the file and calls it.
 
 **Hidden shapes never reach the published page.** Every row's report and message go
-through :func:`grader.report.redact.redact` with its task's shape facts (which the run
+through :func:`grader.grading.redact.redact` with its task's shape facts (which the run
 keeps in the state's ``task_shapes`` meta; a state without them is redacted as if every
 shape not known to be public were hidden). ``private=True`` (``kgrader leaderboard render
 --private``) renders the operator's own page from the full reports, marked as such: it
@@ -29,6 +29,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from grader.grading.redact import ShapeFacts, facts_for, redact, redact_text, scrub_text
 from grader.leaderboard.aggregate import (
     FAST_PS,
     INFRA_META,
@@ -52,7 +53,6 @@ from grader.leaderboard.plots import write_plots
 from grader.leaderboard.seeds import TaskPayload
 from grader.leaderboard.state import EvalRow, State
 from grader.report.model import Report
-from grader.report.redact import ShapeFacts, facts_for, redact, redact_text, scrub_text
 from grader.task import TaskSpec
 
 SHAPES_META = "task_shapes"

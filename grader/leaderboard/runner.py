@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +25,6 @@ import structlog
 
 from grader.backends.cleanup import sweep_orphans
 from grader.errors import UsageError
-from grader.experience.hooks import remember_leaderboard
 from grader.leaderboard.aggregate import INFRA_META, infra_key, select_top
 from grader.leaderboard.engine import Engine, LocalEngine, RayEngine
 from grader.leaderboard.job import Job, JobOutcome, redact_seeds
@@ -38,7 +37,7 @@ from grader.leaderboard.seeds import (
     load_secret,
     task_payload,
 )
-from grader.leaderboard.state import State, SubmissionRow, TaskCheck, exclusive
+from grader.leaderboard.state import EvalRow, State, SubmissionRow, TaskCheck, exclusive
 from grader.leaderboard.submissions import Submission, discover
 from grader.outpaths import check_output_file
 
@@ -131,11 +130,18 @@ def load_tasks(cfg: RunConfig, secret: Secret | None = None) -> list[TaskPayload
     return tasks
 
 
+# Called with each committed job and its row, and whether the engine ran it on this host
+# (``kgrader leaderboard run`` passes the experience store's hook).
+Committed = Callable[[Job, EvalRow, bool], object]
+
+
 class Batch:
     """One invocation of the batch over an open state and an engine."""
 
-    def __init__(self, cfg: RunConfig, state: State, engine: Engine, progress: Progress):
+    def __init__(self, cfg: RunConfig, state: State, engine: Engine, progress: Progress,
+                 on_committed: Committed | None = None):
         self.cfg, self.state, self.engine, self.progress = cfg, state, engine, progress
+        self.on_committed = on_committed
         self.summary = RunSummary()
         self.failed: dict[tuple[str, str, str, str], str] = {}  # job key -> its infra error
 
@@ -199,8 +205,8 @@ class Batch:
                     name=r.task, spec_sha=job.task.spec_sha, reference_ok=r.verdict == "ok",
                     code=r.code, message=r.message, report_json=r.report_json))
             self.state.record_evaluation(out.row, replace=job.round == "reference")
-            # The experience store keeps every finished job too (never raises).
-            remember_leaderboard(job, out.row, local=self.engine.name == "local")
+            if self.on_committed is not None:  # e.g. the experience store (never raises)
+                self.on_committed(job, out.row, self.engine.name == "local")
             self.summary.evaluated += 1
             log.info("evaluation_committed", submission=job.submission, task=job.task.name,
                      round=job.round, verdict=out.row.verdict, code=out.row.code,
@@ -253,18 +259,21 @@ class Batch:
         self._run(jobs, "submissions" if rnd == "main" else "top-K re-runs")
 
 
-def run_leaderboard(cfg: RunConfig, progress: Progress | None = None) -> RunSummary:
-    """Run (or resume) the whole batch; every finished evaluation is committed at once.
+def run_leaderboard(cfg: RunConfig, progress: Progress | None = None,
+                    on_committed: Committed | None = None) -> RunSummary:
+    """Run (or resume) the whole batch; every finished evaluation is committed at once,
+    then handed to ``on_committed``.
 
     Holds the state's lock for the whole run (:func:`grader.leaderboard.state.exclusive`):
     a second run on the same state is refused before it grades anything.
     """
     check_output_file(cfg.state, "--state")
     with exclusive(cfg.state):
-        return _run_locked(cfg, progress)
+        return _run_locked(cfg, progress, on_committed)
 
 
-def _run_locked(cfg: RunConfig, progress: Progress | None) -> RunSummary:
+def _run_locked(cfg: RunConfig, progress: Progress | None,
+                on_committed: Committed | None) -> RunSummary:
     secret = load_secret(cfg.seed_secret)
     tasks = load_tasks(cfg, secret)
     # Folders (one may hold a judge's secret), containers and cgroups of a killed run.
@@ -276,7 +285,7 @@ def _run_locked(cfg: RunConfig, progress: Progress | None) -> RunSummary:
         state.set_meta("tasks", [t.name for t in tasks])
         state.set_meta(SHAPES_META, shape_meta(tasks))  # the public page's redaction
         state.set_meta("top_k", cfg.top_k)
-        batch = Batch(cfg, state, engine, prog)
+        batch = Batch(cfg, state, engine, prog, on_committed)
         if note:
             batch.summary.messages.append(note)
         try:

@@ -224,7 +224,7 @@ def counters_roofline(spec: TaskSpec, dims: Mapping[str, int], kernel_ms: float,
 def with_counters(prof: Profile, kernels: list[Any], why_not: str | None = None) -> Profile:
     """``prof`` with registers, occupancy and spills of the longest profiled kernel.
 
-    ``kernels`` are :class:`grader.diagnostics.models.KernelDiagnostics`; with none, the
+    ``kernels`` are :class:`grader.report.diagnostics_model.KernelDiagnostics`; with none, the
     three stay ``None`` and ``why_not`` (the profile's reason) replaces the default one.
     """
     out = prof.model_copy(deep=True)

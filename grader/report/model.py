@@ -17,8 +17,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from grader.backends.enforcement import Enforcement
-from grader.diagnostics.models import Diagnostics
 from grader.limits import LimitName, Limits
+from grader.report.diagnostics_model import Diagnostics
 from sandbox.contract import codes
 
 SCHEMA_VERSION = "2.2"  # 2.2: TimingStats.requested_calls; 2.1: taint, withheld, ReportError.after_hidden
@@ -260,7 +260,7 @@ class Report(_Model):
     taint: Taint | None = Field(None, description="The judge's taint mark; None: the judge wrote "
                                                   "none (every figure is then treated as tainted).")
     withheld: dict[str, str] = Field(
-        default_factory=dict, description="A candidate's copy only (grader.report.redact): each "
+        default_factory=dict, description="A candidate's copy only (grader.grading.redact): each "
                                           "figure withheld or coarsened, by path, and why.")
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 

@@ -16,7 +16,7 @@ import re
 import stat
 from pathlib import Path
 
-from grader.diagnostics.records import record_problem
+from grader.report.diagnostics_model import record_problem
 from sandbox.contract import codes, text, wire
 
 # The record's schema is the wire contract itself, parsed strictly by

@@ -5,7 +5,7 @@ the candidate or the current best has been called on a hidden shape, what its ou
 times determine can encode that shape. Its outputs choose the first bad element, the
 error maxima and the mismatch fraction; its times choose every per-call figure, the
 summary statistics and the phases' durations. :func:`withhold` is the candidate-facing
-copy's treatment of what is marked, as messages are withheld in ``grader.report.redact``
+copy's treatment of what is marked, as messages are withheld in ``grader.grading.redact``
 (which calls it); the operator's report keeps every figure.
 
 * correctness: ``max_abs_error``, ``max_rel_error``, ``mismatch_fraction`` are null, the

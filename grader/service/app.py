@@ -42,8 +42,8 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 
 from grader.backends.stop import request_stop
+from grader.grading.redact import facts_for, redact
 from grader.report.model import Report
-from grader.report.redact import facts_for, redact
 from grader.service import pages
 from grader.service.auth import RateLimiter, authenticate, require
 from grader.service.board import Board

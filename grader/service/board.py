@@ -27,11 +27,11 @@ from typing import Any
 
 import structlog
 
+from grader.grading.redact import facts_for, redact
 from grader.leaderboard.aggregate import row_times
 from grader.leaderboard.job import classify, classify_rerun, tied_within_noise
 from grader.leaderboard.live import MAIN, RERUN, Run, needs_rerun
 from grader.report.model import Report
-from grader.report.redact import facts_for, redact
 from grader.service import board_page, pages
 from grader.service.store import JobRow, Store
 from grader.service.worker import BOARD_MODES, ServiceTask

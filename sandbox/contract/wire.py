@@ -249,7 +249,7 @@ class TaintRecord:
     None when no runner was called on a hidden shape; ``sections``: the record's sections
     holding figures from calls at or after it; ``phases``: the names in ``Record.phases``
     measured (or measured again) at or after it. The host withholds these from every copy a
-    candidate reads; it never works out taint itself (``grader.report.redact``)."""
+    candidate reads; it never works out taint itself (``grader.grading.redact``)."""
 
     hidden_phase: str | None = None
     sections: tuple[TaintSection, ...] = ()

@@ -25,7 +25,7 @@ Three kinds of evidence, any one enough:
 
 The host's NVML watch, outside the pid namespace, sees another job's processes directly and
 turns any timing verdict on such a run into ``foreign_gpu_process``
-(``grader.report.shared_device``); this is the judge's own look, which needs no host.
+(``grader.grading.shared_device``); this is the judge's own look, which needs no host.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ mismatch fraction, the figures in a failure's detail, per-call times, the pairs 
 accept stage, the phases' durations. Which shape a later failure *names* says nothing
 about this: a wrong value written in the benchmark stage, on the public timed shape, can
 encode every hidden dimension. So the judge, which alone knows the order of its calls,
-marks by time; the host withholds what is marked (``grader.report.redact``) and never
+marks by time; the host withholds what is marked (``grader.grading.redact``) and never
 works it out itself.
 
 The mark starts at the beginning of the first call whose dims are not known to be public

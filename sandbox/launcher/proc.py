@@ -41,7 +41,7 @@ RUNNER_ENTRY = "sandbox.runner.boot"
 # runner's seccomp filter (sandbox.launcher.seccomp) refuses every way a process can have
 # the kernel SIGKILL it by its own doing, inherited by all it starts, and no other process
 # in the sandbox shares its uid. Left: an outside kill, or the OOM killer, which the host
-# tells apart from its memory cgroup (grader.report.summary: memory_limit, or the
+# tells apart from its memory cgroup (grader.grading.summary: memory_limit, or the
 # candidate's ``signal`` where it cannot count OOM kills). A runner under a diagnostics
 # tool is the tool's process, which the filter does not cover: its SIGKILL stays ``signal``.
 _KILLED_FROM_OUTSIDE = ("runner killed by SIGKILL that the judge did not send: the runner's "

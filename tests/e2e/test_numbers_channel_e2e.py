@@ -22,12 +22,12 @@ import pytest
 from grader.agent import tools
 from grader.errors import SandboxUnavailableError
 from grader.evaluate import EvalRequest, Source, evaluate
+from grader.grading.redact import facts_for, redact
 from grader.leaderboard.job import classify
 from grader.leaderboard.render import SHAPES_META, render_site, shape_meta
 from grader.leaderboard.seeds import Secret, task_payload
 from grader.leaderboard.state import EvalRow, State
 from grader.report.model import Report
-from grader.report.redact import facts_for, redact
 from grader.task import load_task
 
 pytestmark = pytest.mark.bwrap

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from grader.backends.base import SandboxOutcome
+from grader.grading.shared_device import account_for_shared_device
 from grader.report.model import Report, ReportError
-from grader.report.shared_device import account_for_shared_device
 from grader.task import load_task
 from sandbox.contract import codes, device_memory, wire
 from sandbox.contract.device_memory import Figures

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from grader.diagnostics.advice import AdviceTableError, advise, fired_rules, load_table
-from grader.diagnostics.models import KernelCounters, StallReason
 from grader.diagnostics.ncu import METRICS, counters, group_launches
 from grader.diagnostics.records import build_diagnostics
 from grader.measure.profile import analyze, with_counters
+from grader.report.diagnostics_model import KernelCounters, StallReason
 from grader.task import load_task
 from sandbox.contract.wire import DiagnosticsRecord, KernelRecord, ProfileRecord, SanitizerRecord
 from sandbox.tools.counters import parse_ncu_log

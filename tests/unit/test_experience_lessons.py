@@ -46,7 +46,7 @@ def test_unwritten_tail_points_at_the_mask() -> None:
     bad = BadElement(tensor="out", index=[999], expected=1.5, actual=None, dims={"N": 1000}, seed=1,
                      shape_kind="hidden")
     text = _lesson(_failed_correctness("output_untouched", bad, 0.008))
-    # No task given: every shape not known to be public counts as hidden (grader.report.redact).
+    # No task given: every shape not known to be public counts as hidden (grader.grading.redact).
     assert text == "failed correctness: output left unwritten on a hidden shape — check the mask on the tail block"
 
 

@@ -29,6 +29,7 @@ from grader.experience.model import (
 )
 from grader.experience.query import Query
 from grader.experience.store import ExperienceStore, default_path
+from grader.grading.redact import facts_for, redact
 from grader.records import Records
 from grader.report.model import (
     BadElement,
@@ -38,7 +39,6 @@ from grader.report.model import (
     SandboxInfo,
     TimingStats,
 )
-from grader.report.redact import facts_for, redact
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "examples" / "softmax"
@@ -266,7 +266,7 @@ def test_concurrent_writer_processes_lose_nothing(tmp_path: Path) -> None:
 def test_records_folder_import_reads_finished_evaluations_once(tmp_path: Path) -> None:
     rec = Records(tmp_path / "rec")
     f1 = rec.new_evaluation(SOFTMAX, "# wrong\n", None)
-    rec._finish(f1, wrong_report(), None)  # written without the hook: only the import sees it
+    rec.finish(f1, wrong_report(), None)  # finish feeds no store: only the import sees it
     rec.new_evaluation(SOFTMAX, "# never finished\n", None)
     db = tmp_path / "x.sqlite"
     with ExperienceStore.open(db) as store:
@@ -346,14 +346,25 @@ def test_hook_never_raises_and_leaves_the_grade_alone(tmp_path: Path) -> None:
     assert remember_records_folder(folder, wrong_report(), None, path=tmp_path / "ok.sqlite") is True
 
 
-def test_records_finish_reaches_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_finished_run_reaches_the_store_through_its_finisher(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kgrader run --records`` feeds the store itself, after the folder's commit; the
+    records folder alone never does (no hidden side effect of writing a report)."""
+    from types import SimpleNamespace
+
+    from grader.cli.app import _save
+
     db = tmp_path / "x.sqlite"
     monkeypatch.setenv("KGRADER_EXPERIENCE", str(db))
     rec = Records(tmp_path / "rec")
-    folder = rec.new_evaluation(SOFTMAX, "# cand\n", None)
-    rec.finish(folder, good_report(), None)
+    rec.finish(rec.new_evaluation(SOFTMAX, "# silent\n", None), good_report(), None)
+    assert not db.exists()
+    req = SimpleNamespace(candidate=SimpleNamespace(text="# cand\n"), current=None)
+    assert _save(good_report(), None, tmp_path / "rec", SOFTMAX, req) == []
     monkeypatch.setenv("KGRADER_EXPERIENCE", "off")
-    rec.finish(rec.new_evaluation(SOFTMAX, "# other\n", None), wrong_report(), None)
+    assert _save(wrong_report(), None, tmp_path / "rec",
+                 SOFTMAX, SimpleNamespace(candidate=SimpleNamespace(text="# other\n"), current=None)) == []
     with ExperienceStore.open(db, create=False) as store:
         (hit,) = store.query(Query())
-    assert hit.attempt.source == "# cand\n" and hit.attempt.ok and hit.attempt.origin_ref == str(folder)
+    assert hit.attempt.source == "# cand\n" and hit.attempt.ok
+    assert Path(hit.attempt.origin_ref or "").parent == tmp_path / "rec" / "evals"

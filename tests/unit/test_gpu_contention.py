@@ -168,8 +168,8 @@ def test_escaped_work_on_a_shared_device_is_not_laid_on_the_candidate(
                                   "current_work_deferred_to_copy"])
 def test_the_host_voids_these_timing_verdicts_too_when_another_job_shared_the_gpu(code: str) -> None:
     from grader.backends.base import SandboxOutcome
+    from grader.grading.shared_device import account_for_shared_device
     from grader.report.model import Report, ReportError
-    from grader.report.shared_device import account_for_shared_device
 
     r = Report(ok=False, stage="benchmark", errors=[ReportError(
         stage="benchmark", code=code, origin="candidate", message="copy 15.3 ms, bound 6.8 ms")])

@@ -1,5 +1,5 @@
 """A sandbox that sat at its memory limit without being killed says so when its time ran out
-(grader/backends/cgroups.py, grader/report/summary.py)."""
+(grader/backends/cgroups.py, grader/grading/summary.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from grader.backends.base import SandboxOutcome
 from grader.backends.cgroups import CgroupSet
-from grader.report.summary import _error
+from grader.grading.summary import _error
 from sandbox.contract import wire
 
 

@@ -1,4 +1,4 @@
-"""grader.report.redact: the candidate-facing copy of a report holds no hidden shape.
+"""grader.grading.redact: the candidate-facing copy of a report holds no hidden shape.
 
 Reports are built by hand (pure data); the end-to-end proof through the agent tool, the
 experience store and a leaderboard page is tests/e2e/test_hidden_shapes_e2e.py.
@@ -10,9 +10,10 @@ import json
 import re
 from pathlib import Path
 
-from grader.diagnostics.models import Diagnostics, SanitizerFinding, SanitizerResult
+from grader.grading.redact import HIDDEN_KEY, ShapeFacts, facts_for, redact, scrub_text
 from grader.leaderboard.render import public_row
 from grader.leaderboard.state import EvalRow
+from grader.report.diagnostics_model import Diagnostics, SanitizerFinding, SanitizerResult
 from grader.report.model import (
     AcceptanceResult,
     BadElement,
@@ -22,7 +23,6 @@ from grader.report.model import (
     SandboxInfo,
     ShapeSets,
 )
-from grader.report.redact import HIDDEN_KEY, ShapeFacts, facts_for, redact, scrub_text
 from grader.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,9 +1,9 @@
 """Taint by time: the judge's mark (sandbox.judge.taint) and the candidate-facing copy
-(grader.report.redact / withhold) of a report from every stage, with and without a call
+(grader.grading.redact / withhold) of a report from every stage, with and without a call
 on a hidden shape before the failure. After a hidden call no figure a runner's outputs or
 times determine is left; before one, every figure stays.
 
-Reports are built as the host builds them from a record (grader.report.summary); the
+Reports are built as the host builds them from a record (grader.grading.summary); the
 end-to-end proof with a real attack is tests/e2e/test_numbers_channel_e2e.py.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from grader.grading.redact import facts_for, redact
 from grader.report.model import (
     AcceptanceResult,
     BadElement,
@@ -27,7 +28,6 @@ from grader.report.model import (
     Taint,
     TimingStats,
 )
-from grader.report.redact import facts_for, redact
 from grader.report.withhold import REASON
 from grader.task import load_task
 from sandbox.contract import wire

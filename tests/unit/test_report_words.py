@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from grader.grading.redact import facts_for, redact
 from grader.measure.accept import decide, decide_with_replicate
 from grader.report.model import Report
-from grader.report.redact import facts_for, redact
 from grader.report.render import ordered_steps, render_report
 from grader.report.verdict import acceptance_verdict, improvement_speedup, ratio, speed_words
 from grader.task import AcceptanceSpec, load_task
@@ -220,8 +220,8 @@ def test_ratios_and_improvement_fractions_as_words() -> None:
 
 
 def test_only_a_typeerror_of_the_entry_point_itself_names_the_expected_call() -> None:
+    from grader.grading.summary import _name_the_signature, expected_call
     from grader.report.model import ReportError
-    from grader.report.summary import _name_the_signature, expected_call
 
     spec, _ = load_task(ROOT / "examples" / "vector_add_small")
     assert expected_call(spec) == ("launch(x, y, out): the inputs, then the preallocated "

@@ -1,6 +1,6 @@
 """A runner dead of a SIGKILL the judge did not send is ``runner_killed`` (the infrastructure's),
 unless the host cannot rule out the OOM killer or a limit (sandbox/launcher/proc.py,
-grader/report/summary.py).
+grader/grading/summary.py).
 
 The judge's side runs real child processes (killed by this test from outside, by the
 handle itself, or crashing); only the uid-wide kill, which needs a runner uid, is replaced.
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from grader.backends.base import SandboxOutcome
-from grader.report.summary import _error
+from grader.grading.summary import _error
 from sandbox.contract import codes, wire
 from sandbox.launcher import identity, proc
 
@@ -129,7 +129,7 @@ def test_an_agents_lesson_says_a_runner_killed_is_not_the_kernels_fault() -> Non
 
 
 def test_a_cgroup_removed_from_outside_keeps_it_runner_killed_as_for_the_judge() -> None:
-    from grader.report.summary import judge_killed_from_outside
+    from grader.grading.summary import judge_killed_from_outside
 
     lost = _outcome(cgroup_lost=True, oom_counted=False, signal=9, exit_code=None)
     assert judge_killed_from_outside(lost)

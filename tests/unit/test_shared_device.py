@@ -17,8 +17,8 @@ import pytest
 
 from grader.backends.base import SandboxOutcome
 from grader.backends.gpu_watch import GpuWatch
+from grader.grading.shared_device import account_for_shared_device
 from grader.report.model import AcceptanceResult, Report, ReportError
-from grader.report.shared_device import account_for_shared_device
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 

@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 
 from grader.backends.base import SandboxOutcome
+from grader.grading.summary import build_report
 from grader.report.model import Report, ReportError
 from grader.report.record import read_result
 from grader.report.render import render_report
-from grader.report.summary import build_report
 from grader.task import load_task
 from sandbox.contract import codes, text, wire
 from sandbox.contract.failure import StageFailure
@@ -227,7 +227,7 @@ def test_profile_rendering_prints_kernel_names_and_advice_literally() -> None:
     from types import SimpleNamespace
 
     from grader.cli.diagnostics import _render as render_profile
-    from grader.diagnostics.models import Diagnostics, KernelCounters, KernelDiagnostics
+    from grader.report.diagnostics_model import Diagnostics, KernelCounters, KernelDiagnostics
 
     name = "[bold green]PASS[/]\x1b[2J_kernel"
     diag = Diagnostics(tool="ncu", kernels=[KernelDiagnostics(name=name, launches=1,

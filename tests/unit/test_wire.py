@@ -111,7 +111,7 @@ def _outcome(**kw: object) -> object:
 
 
 def test_judge_died_without_a_record_is_the_candidates_integrity_failure() -> None:
-    from grader.report.summary import no_record_error
+    from grader.grading.summary import no_record_error
 
     err = no_record_error(ResultProblem("result_missing", "no record"), _outcome())  # type: ignore[arg-type]
     assert (err.stage, err.code, err.origin) == ("integrity", "judge_died", "candidate")
@@ -125,7 +125,7 @@ def _killed(**kw: object) -> object:
 
 
 def test_judge_killed_by_a_sent_signal_with_no_limit_is_the_infrastructures() -> None:
-    from grader.report.summary import no_record_error
+    from grader.grading.summary import no_record_error
 
     for sig in (9, 15, 2, 1):
         err = no_record_error(ResultProblem("result_missing", "no record"), _killed(signal=sig))  # type: ignore[arg-type]
@@ -134,7 +134,7 @@ def test_judge_killed_by_a_sent_signal_with_no_limit_is_the_infrastructures() ->
 
 def test_judge_killed_with_its_cgroup_removed_from_outside_is_the_infrastructures() -> None:
     """The OOM count went with the cgroup; only root on the host removes it."""
-    from grader.report.summary import no_record_error
+    from grader.grading.summary import no_record_error
 
     lost = _killed(oom_counted=False, cgroup_lost=True)
     err = no_record_error(ResultProblem("result_missing", "no record"), lost)  # type: ignore[arg-type]
@@ -147,7 +147,7 @@ def test_judge_killed_with_its_cgroup_removed_from_outside_is_the_infrastructure
 
 def test_docker_init_that_could_not_forward_a_stop_signal_is_the_infrastructures() -> None:
     from grader.backends.base import SandboxOutcome
-    from grader.report.summary import no_record_error
+    from grader.grading.summary import no_record_error
 
     tail = b"[FATAL tini (1)] Unexpected error when forwarding signal: 'Operation not permitted'\n"
     out = SandboxOutcome(backend="docker", exit_code=1, signal=None, wall_s=1.0, stderr=tail)
@@ -160,7 +160,7 @@ def test_docker_init_that_could_not_forward_a_stop_signal_is_the_infrastructures
 
 def test_docker_judge_whose_tether_closed_is_the_infrastructures() -> None:
     from grader.backends.base import SandboxOutcome
-    from grader.report.summary import no_record_error
+    from grader.grading.summary import no_record_error
 
     out = SandboxOutcome(backend="docker", exit_code=wire.EXIT_HOST_GONE, signal=None, wall_s=1.0)
     err = no_record_error(ResultProblem("result_missing", "no record"), out)
@@ -177,14 +177,14 @@ def test_docker_judge_whose_tether_closed_is_the_infrastructures() -> None:
     {"oom_killed": True}, {"pids_limited": True},
 ])
 def test_judge_death_without_proof_of_an_outside_kill_stays_the_candidates(kw: dict[str, object]) -> None:
-    from grader.report.summary import no_record_error
+    from grader.grading.summary import no_record_error
 
     err = no_record_error(ResultProblem("result_missing", "no record"), _killed(**kw))  # type: ignore[arg-type]
     assert err.origin == "candidate" and err.code == "judge_died", err
 
 
 def test_judge_died_while_a_limit_fired_is_that_limit() -> None:
-    from grader.report.summary import no_record_error
+    from grader.grading.summary import no_record_error
 
     err = no_record_error(ResultProblem("result_missing", "no record"),
                           _outcome(limit_fired="memory_limit"))  # type: ignore[arg-type]
@@ -192,7 +192,7 @@ def test_judge_died_while_a_limit_fired_is_that_limit() -> None:
 
 
 def test_authentic_but_unreadable_record_is_infrastructure() -> None:
-    from grader.report.summary import no_record_error
+    from grader.grading.summary import no_record_error
 
     err = no_record_error(ResultProblem("result_malformed", "bad", authentic=True),
                           _outcome())  # type: ignore[arg-type]

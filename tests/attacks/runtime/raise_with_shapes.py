@@ -4,7 +4,7 @@
 A candidate called on a hidden shape can publish it: the message travels into the
 report, the agent tools' results, the experience store and a leaderboard page. The judge
 marks the failure as one on a hidden shape; every candidate-facing copy says "hidden
-shape #k" and withholds the text (grader/report/redact.py), the operator's keeps it.
+shape #k" and withholds the text (grader/grading/redact.py), the operator's keeps it.
 """
 
 import torch

@@ -11,6 +11,7 @@ import signal
 from grader.backends.base import SandboxOutcome
 from grader.backends.cleanup import MIN_FREE_BYTES
 from grader.diagnostics.records import build_diagnostics
+from grader.grading.shared_device import account_for_shared_device
 from grader.measure.accept import decide_with_replicate
 from grader.report.model import (
     AcceptanceResult,
@@ -22,7 +23,6 @@ from grader.report.model import (
     TimingStats,
 )
 from grader.report.record import ResultProblem
-from grader.report.shared_device import account_for_shared_device
 from grader.task import TaskSpec
 from sandbox.contract import codes, text, wire
 
@@ -231,7 +231,7 @@ def build_report(report: Report, spec: TaskSpec, rec: wire.Record, outcome: Sand
     report.device = f"{rec.device}: {name}" if name else rec.device
     report.warnings += list(rec.warnings)
     report.errors += [_name_the_signature(_error(e, outcome), spec) for e in rec.errors]
-    if rec.taint is not None:  # the judge's mark, read as written (grader.report.redact)
+    if rec.taint is not None:  # the judge's mark, read as written (grader.grading.redact)
         t = rec.taint
         report.taint = Taint(hidden_phase=t.hidden_phase, sections=list(t.sections),
                              phases=list(t.phases))

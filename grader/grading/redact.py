@@ -40,7 +40,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grader.diagnostics.models import Diagnostics
+from grader.report.diagnostics_model import Diagnostics
 from grader.report.model import BadElement, Report, ReportError
 from grader.report.withhold import marked, withhold
 from grader.task import TaskSpec

@@ -11,9 +11,12 @@ a verdict (they come from a tool running inside the candidate's process).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sandbox.contract import wire
 
 _NAME = 300
 
@@ -108,3 +111,28 @@ class Diagnostics(_Strict):
     sanitizer: SanitizerResult | None = None
     notes: list[str] = Field(default_factory=list)
     unmeasured: dict[str, str] = Field(default_factory=dict)
+
+
+def record_problem(raw: wire.DiagnosticsRecord) -> str | None:
+    """Why an authenticated record's diagnostics break their caps (the judge's parsers keep
+    to them; a record that does not is refused whole, as for every other cap), or ``None``."""
+    p, s = raw.profile, raw.sanitizer
+    if p is not None and (len(p.kernels) > 256 or len(p.messages) > 40 or any(
+            len(k.name) > 300 or len(k.metrics) > 200 for k in p.kernels)):
+        return "diagnostics.profile exceeds its caps (256 kernels, 40 messages)"
+    if s is not None:
+        if len(s.findings) > 20 or len(s.tool_errors) > 5:
+            return "diagnostics.sanitizer exceeds its caps (20 findings, 5 tool errors)"
+        try:
+            sanitizer_result(s)
+        except ValidationError as e:
+            return f"diagnostics.sanitizer has {e.error_count()} invalid field(s)"
+    return None
+
+
+def sanitizer_result(raw: wire.SanitizerRecord) -> SanitizerResult:
+    return SanitizerResult(tool=raw.tool, ran=raw.ran, overhead_s=raw.wall_s,
+                           error_count=raw.error_count,
+                           findings=[SanitizerFinding.model_validate(dataclasses.asdict(f))
+                                     for f in raw.findings],
+                           unmeasured=raw.unmeasured)
