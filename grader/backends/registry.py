@@ -24,7 +24,7 @@ B = TypeVar("B", bound="type[SandboxBackend]")
 # docker (production) when its daemon and image are ready, else the embedded bwrap.
 _BUILTIN: dict[str, str] = {
     "docker": "grader.backends.docker.backend",
-    "bwrap": "grader.backends.bwrap",
+    "bwrap": "grader.backends.bwrap.backend",
 }
 _REGISTRY: dict[str, type[SandboxBackend]] = {}
 AUTO = "auto"

@@ -6,7 +6,7 @@ Launch sequence, one step per line (isolate/nsjail style), each failing closed:
    uid 65534 mode 0700; a scratch mount-point folder marked with its owner;
 2. a per-evaluation cgroup (memory = memory+swap, pids) when the host offers one, named
    after its owner so that :mod:`grader.backends.cleanup` can reclaim it;
-3. in the child, as root (:mod:`grader.backends.hoststeps`): join the cgroup, rlimits, a
+3. in the child, as root (:mod:`grader.backends.bwrap.hoststeps`): join the cgroup, rlimits, a
    network namespace with ``lo`` up, a private mount namespace with the scratch tmpfs
    mounts (size and inode caps), ``no_new_privs``, bounding set = the launch capabilities;
 4. ``bwrap`` builds the pid, ipc, uts, mount and cgroup namespaces and the read-only binds
@@ -46,7 +46,7 @@ from grader.backends.base import (
     SandboxSpec,
     prepare_out_dir,
 )
-from grader.backends.bwrap_supervise import Supervision, supervise
+from grader.backends.bwrap.supervise import Supervision, supervise
 from grader.backends.cleanup import current_owner, disk_full, mark_owner, remove_quietly, temp_base
 from grader.backends.enforcement import (
     DiskEnforcement,
@@ -62,12 +62,12 @@ from grader.backends.gpu import (
     device_nodes,
     resolve_gpu_ids,
 )
-from grader.backends.hoststeps import HostSteps, ScratchSpec
+from grader.backends.bwrap.hoststeps import HostSteps, ScratchSpec
 from grader.backends.registry import sandbox_backend
 from grader.errors import SandboxUnavailableError
 
 log = structlog.get_logger("kgrader.bwrap")
-HARNESS_SRC = Path(__file__).resolve().parents[2] / "sandbox"
+HARNESS_SRC = Path(__file__).resolve().parents[3] / "sandbox"
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group",
               "localtime", "alternatives")
 _GPU_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",

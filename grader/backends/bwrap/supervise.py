@@ -19,7 +19,7 @@ from grader.backends.classify import Evidence, classify, decode_status
 from grader.backends.enforcement import Enforcement
 from grader.backends.gate import MAX_WAIT_FACTOR
 from grader.backends.gpu_watch import GpuWatch
-from grader.backends.hoststeps import HostSteps
+from grader.backends.bwrap.hoststeps import HostSteps
 from grader.backends.output import OutputDrain, collect, fd_chunks
 from grader.backends.watchdog import Watchdog
 from grader.errors import SandboxUnavailableError
