@@ -249,9 +249,10 @@ def reclaim_folders(
     return removed, kept, errors
 
 
-def _by_kind(results: list[tuple[type[Any], Reclaimed]], default: str) -> dict[str, Any]:
-    """The report's fields from each backend's result: its leftovers under their kind,
-    the daemon backends' states under ``docker``."""
+def _by_kind(results: list[tuple[type[Any], Reclaimed]],
+             default: str) -> tuple[dict[str, Any], str]:
+    """The report's fields from each backend's result: its leftovers under their kind;
+    and the daemon backends' states, "; "-joined (``default`` when none said one)."""
     fields: dict[str, Any] = {"containers_removed": (), "containers_kept": (),
                               "cgroups_removed": ()}
     states = []
@@ -262,8 +263,7 @@ def _by_kind(results: list[tuple[type[Any], Reclaimed]], default: str) -> dict[s
             fields["containers_kept"] += r.kept
         if r.state is not None:
             states.append(r.state)
-    fields["docker"] = "; ".join(states) or default
-    return fields
+    return fields, "; ".join(states) or default
 
 
 def reclaim_orphans(
@@ -284,11 +284,13 @@ def reclaim_orphans(
     folders_removed, folders_kept, errors = reclaim_folders(temp_dir, include_live=include_live)
     results = [(cls, cls.reclaim(include_live=include_live)) for cls in backend_classes()
                if backends and (daemons or not cls.capabilities.daemon)]
+    fields, state = _by_kind(results, "not checked")
     report = CleanupReport(
         folders_removed=tuple(folders_removed),
         folders_kept=tuple(folders_kept),
+        docker=state,
         errors=tuple(errors),
-        **_by_kind(results, "not checked"),
+        **fields,
     )
     log.info("cleanup.done", folders=len(folders_removed),
              containers=len(report.containers_removed), cgroups=len(report.cgroups_removed),
@@ -333,11 +335,12 @@ def sweep_orphans(temp_dir: Path | None = None) -> CleanupReport:
     for cls in backend_classes():
         with contextlib.suppress(Exception):  # never raises
             results.append((cls, cls.sweep()))
-    fields = _by_kind(results, "not configured")
+    fields, state = _by_kind(results, "not configured")
     if removed or fields["cgroups_removed"] or errors:
         log.info("sweep.done", folders=len(removed), cgroups=len(fields["cgroups_removed"]),
                  errors=errors)
-    return CleanupReport(folders_removed=tuple(removed), errors=tuple(errors), **fields)
+    return CleanupReport(folders_removed=tuple(removed), docker=state, errors=tuple(errors),
+                         **fields)
 
 
 def remove_quietly(path: Path) -> None:
