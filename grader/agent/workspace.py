@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from grader.backends.registry import sorted_choices
 from grader.errors import UsageError
 from grader.records import Records
 from grader.task import TaskSpec, format_validation_error, load_task
@@ -15,6 +16,12 @@ from grader.task import TaskSpec, format_validation_error, load_task
 CONFIG_NAME = "kgrader.json"
 RECORDS_NAME = "records"
 LOCK_NAME = ".tool.lock"
+
+
+if TYPE_CHECKING:
+    BackendChoice = str
+else:  # the registry's names when this module loads: ``auto``, then alphabetically
+    BackendChoice = Literal[sorted_choices()]
 
 
 class WorkspaceError(UsageError):
@@ -29,7 +36,7 @@ class WorkspaceConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     task: str = Field(description="Task folder; relative paths are relative to the workspace.")
-    backend: Literal["auto", "bwrap", "docker"] = "auto"
+    backend: BackendChoice = "auto"
     device: Literal["auto", "cpu", "cuda", "rocm"] = "auto"
     policy: str | None = Field(None, description="Policy name or path; None: the task's.")
     quick_calibration: bool = Field(False, description="measure_peak/profile use the quick calibration.")

@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import abc
 import os
+import platform
 import threading
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from grader.backends.enforcement import Enforcement
 from grader.errors import UsageError
@@ -67,8 +69,9 @@ SHM_MOUNT = "/dev/shm"
 LAUNCH_CAPS = ("SETUID", "SETGID", "SYS_ADMIN")
 
 __all__ = ["HARNESS_MOUNT", "IN_MOUNT", "LAUNCH_CAPS", "OUT_MOUNT", "RESULT_NAME", "SANDBOX_GID",
-           "SANDBOX_UID", "SCRATCH_MOUNT", "SECRET_NAME", "SHM_MOUNT", "Device", "Enforcement",
-           "SandboxBackend", "SandboxOutcome", "SandboxSpec"]
+           "SANDBOX_UID", "SCRATCH_MOUNT", "SECRET_NAME", "SHM_MOUNT", "Capabilities", "Device",
+           "EndedBy", "Enforcement", "Reclaimed", "SandboxBackend", "SandboxOutcome",
+           "SandboxSpec"]
 
 
 @dataclass(frozen=True)
@@ -119,10 +122,54 @@ class SandboxOutcome:
     device_watched: bool = False
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do: the generic layer asks these instead of testing its name."""
+
+    # It starts a sandbox apart from its turn at the device's gate (its supervisor waits on
+    # the turn after the start), so a warm pool (grader.pool) can start one ahead.
+    warm_start: bool = False
+    # It needs a daemon (which may be down): `kgrader sandbox cleanup` reports its state,
+    # and ``--no-docker`` (no daemon) skips it.
+    daemon: bool = False
+    # The devices it can pass into a sandbox.
+    devices: tuple[Device, ...] = ("cpu",)
+    # What its leftovers are, as the cleanup report counts them.
+    leftovers: Literal["containers", "cgroups"] = "cgroups"
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    """What one backend's :meth:`SandboxBackend.reclaim` or ``sweep`` removed and kept."""
+
+    removed: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
+    # A daemon backend's line for the report (``checked``, ``unavailable: why``, ...);
+    # ``None``: nothing to say (a host-local backend always looks).
+    state: str | None = None
+
+
+@dataclass(frozen=True)
+class EndedBy:
+    """Why a sandbox that left no record ended, as only its backend can tell from its
+    outcome (the report's error: stage ``sandbox``, origin ``infrastructure``)."""
+
+    code: str  # a code of sandbox.contract.codes
+    message: str
+
+
 class SandboxBackend(abc.ABC):
-    """A way to run the judge in isolation. Implementations: ``bwrap``, ``docker``."""
+    """A way to run the judge in isolation, and everything about its sandboxes' lifecycle.
+
+    Implementations are registered by name (:mod:`grader.backends.registry`). The class
+    methods need no instance: the signal path, the sweep and ``kgrader sandbox cleanup``
+    call them without building a client or checking availability. A class method is
+    called only on a backend whose module is loaded where that is said (the signal path:
+    a backend never imported in this process started no sandbox here).
+    """
 
     name: str = "abstract"  # set by @sandbox_backend (grader.backends.registry)
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     @abc.abstractmethod
     def check_available(self, device: Device) -> None:
@@ -136,9 +183,51 @@ class SandboxBackend(abc.ABC):
     def run(self, spec: SandboxSpec) -> SandboxOutcome:
         """Run ``spec.argv`` in a fresh sandbox; block until it ends or a limit fires."""
 
-    def cleanup(self) -> int:
-        """Remove anything this backend left behind; return how many items were removed."""
+    @classmethod
+    def kill_own(cls, owner: str) -> int:
+        """SIGKILL every sandbox of ``owner`` (this process) now; how many were hit.
+
+        The signal path (:mod:`grader.backends.stop`), every 0.2 s while stopping: fast,
+        never raises for one item. Descendant processes are killed by the caller."""
         return 0
+
+    @classmethod
+    def remove_own(cls, owner: str) -> int:
+        """Remove what is still ``owner``'s (this process, just before it exits); how many."""
+        return 0
+
+    @classmethod
+    def reclaim(cls, *, include_live: bool = False) -> Reclaimed:
+        """``kgrader sandbox cleanup``: remove the leftovers whose owner no longer runs on
+        this host (all of them with ``include_live``). Never raises for one item; a daemon
+        that cannot be reached is the result's ``state``."""
+        return Reclaimed()
+
+    @classmethod
+    def sweep(cls) -> Reclaimed:
+        """The cheap sweep every grading command runs when it starts: only what provably
+        has no live owner; milliseconds (slow work goes to a background thread)."""
+        return Reclaimed()
+
+    @classmethod
+    def fingerprint(cls, device: Device) -> dict[str, Any]:
+        """What the peaks cache keys on besides the hardware (:mod:`grader.measure.peaks`):
+        by default the host's interpreter and packages, which a host-interpreter sandbox runs."""
+        return {"python": platform.python_version(), "torch": _version("torch"),
+                "triton": _version("triton")}
+
+    @classmethod
+    def ended_by(cls, outcome: SandboxOutcome) -> EndedBy | None:
+        """Why a run of this backend that left no record ended, when its outcome shows a
+        cause outside the sandbox that only this backend knows; else ``None``."""
+        return None
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def prepare_out_dir(out_dir: Path) -> None:

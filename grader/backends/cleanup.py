@@ -4,22 +4,22 @@ Everything kgrader leaves on the host while an evaluation runs names the host pr
 made it, as ``host:pid:start-time`` (a pid alone is reused; with its start time it is not):
 
 * evaluation folders in the temp dir (``kgrader-eval-*``, ``kgrader-mode-*``, and the
-  bwrap scratch mount points ``kgrader-scratch-*``) carry a marker file
-  :data:`OWNER_FILE` written by :func:`mark_owner` right after the folder is made;
-* docker containers carry the ``kgrader.owner`` label;
-* bwrap cgroups carry the owner's pid and start time in their name.
+  scratch mount points ``kgrader-scratch-*``) carry a marker file :data:`OWNER_FILE`
+  written by :func:`mark_owner` right after the folder is made;
+* each backend's own leftovers (containers, cgroups) carry the owner in a way the backend
+  reads back itself (:meth:`~grader.backends.base.SandboxBackend.reclaim`).
 
 A host process killed with ``SIGKILL`` runs no ``finally``: its folders (one may still
 hold the judge's secret file), containers and cgroups stay. :func:`reclaim_orphans`
 removes those whose owner no longer runs on this host and leaves the rest alone
 (``kgrader sandbox cleanup``); :func:`sweep_orphans` is its cheap, stricter form that
-every grading command runs when it starts. An interrupted process removes its own
+every grading command runs when it starts. Both do the folders here and ask every
+registered backend for its own. An interrupted process removes its own
 (:mod:`grader.backends.stop`).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import json
@@ -27,7 +27,6 @@ import os
 import shutil
 import stat
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,8 +34,9 @@ from typing import Any
 
 import structlog
 
-from grader.backends import cgroups as cg
+from grader.backends.base import Reclaimed
 from grader.backends.owner import current_owner, owner_alive, owner_gone, owner_of
+from grader.backends.registry import backend_classes
 from grader.errors import HostDiskFullError
 
 # The owner tokens live in grader.backends.owner (a leaf the docker backend imports too);
@@ -108,7 +108,6 @@ def disk_full(e: OSError, where: Path) -> HostDiskFullError | None:
 OWNER_FILE = ".kgrader-owner"
 FOLDER_PREFIXES = ("kgrader-eval-", "kgrader-mode-", "kgrader-scratch-")
 UNOWNED_AFTER_S = 24 * 3600.0
-SWEEP_EXIT_WAIT_S = 10.0
 _MARKER_MAX = 4096
 _marked: set[Path] = set()
 _group: list[str] = []
@@ -185,6 +184,8 @@ class CleanupReport:
     containers_removed: tuple[str, ...] = ()
     containers_kept: tuple[str, ...] = ()
     cgroups_removed: tuple[str, ...] = ()
+    # The daemon backends' state (``checked``, ``unavailable: why``, ...), "; "-joined;
+    # the key keeps the name of the one daemon backend there was when it was added.
     docker: str = "not checked"
     errors: tuple[str, ...] = field(default_factory=tuple)
 
@@ -248,49 +249,53 @@ def reclaim_folders(
     return removed, kept, errors
 
 
+def _by_kind(results: list[tuple[type[Any], Reclaimed]],
+             default: str) -> tuple[dict[str, Any], str]:
+    """The report's fields from each backend's result: its leftovers under their kind;
+    and the daemon backends' states, "; "-joined (``default`` when none said one)."""
+    fields: dict[str, Any] = {"containers_removed": (), "containers_kept": (),
+                              "cgroups_removed": ()}
+    states = []
+    for cls, r in results:
+        kind = cls.capabilities.leftovers
+        fields[f"{kind}_removed"] += r.removed
+        if kind == "containers":
+            fields["containers_kept"] += r.kept
+        if r.state is not None:
+            states.append(r.state)
+    return fields, "; ".join(states) or default
+
+
 def reclaim_orphans(
     *,
     temp_dir: Path | None = None,
     include_live: bool = False,
-    docker: bool = True,
-    cgroups: bool = True,
+    daemons: bool = True,
+    backends: bool = True,
 ) -> CleanupReport:
     """Remove the folders, containers and cgroups of kgrader processes that are gone.
 
     Anything whose owner still runs on this host is left alone unless ``include_live``.
-    Docker is optional: without the SDK or a reachable daemon the report says so and the
-    rest still happens. Never raises for a single item; its error is in the report.
+    The folders are reclaimed here; each registered backend reclaims its own
+    (``backends``: at all; ``daemons``: also those that need a daemon). A daemon is
+    optional: without its SDK or a reachable daemon the report says so and the rest still
+    happens. Never raises for a single item; its error is in the report.
     """
     folders_removed, folders_kept, errors = reclaim_folders(temp_dir, include_live=include_live)
-    cg_removed: list[str] = []
-    if cgroups:
-        cg_removed = cg.reclaim_stale(owner_alive, include_live=include_live)
-    c_removed: list[str] = []
-    c_kept: list[str] = []
-    docker_state = "not checked"
-    if docker:
-        try:
-            from grader.backends.docker.cleanup import reclaim_containers
-            from grader.backends.docker.prereqs import client
-
-            c_removed, c_kept = reclaim_containers(client(), include_live=include_live)
-            docker_state = "checked"
-        except ImportError as exc:
-            docker_state = f"unavailable: {exc}"
-        except Exception as exc:  # no daemon: a bwrap-only host still gets its folders back
-            docker_state = f"unavailable: {str(exc).splitlines()[0]}"
+    results = [(cls, cls.reclaim(include_live=include_live)) for cls in backend_classes()
+               if backends and (daemons or not cls.capabilities.daemon)]
+    fields, state = _by_kind(results, "not checked")
     report = CleanupReport(
         folders_removed=tuple(folders_removed),
         folders_kept=tuple(folders_kept),
-        containers_removed=tuple(c_removed),
-        containers_kept=tuple(c_kept),
-        cgroups_removed=tuple(cg_removed),
-        docker=docker_state,
+        docker=state,
         errors=tuple(errors),
+        **fields,
     )
-    log.info("cleanup.done", folders=len(folders_removed), containers=len(c_removed),
-             cgroups=len(cg_removed), kept=len(folders_kept) + len(c_kept),
-             docker=docker_state, errors=len(errors))
+    log.info("cleanup.done", folders=len(folders_removed),
+             containers=len(report.containers_removed), cgroups=len(report.cgroups_removed),
+             kept=len(folders_kept) + len(report.containers_kept), docker=report.docker,
+             errors=len(errors))
     return report
 
 
@@ -298,12 +303,12 @@ def sweep_orphans(temp_dir: Path | None = None) -> CleanupReport:
     """The sweep every grading command runs when it starts (``run``, ``leaderboard run``,
     the agent tools, ``profile``): what killed kgrader processes of this host left.
 
-    Cheap: one listing of the temp dir and of the kgrader cgroups, milliseconds; the
-    containers are looked for in a background thread, only where a docker daemon is
-    configured, so a slow or absent daemon delays nothing. Safe: an item goes only when
-    its owner is provably gone (:func:`owner_gone`); a live owner's, a kept, an unmarked,
-    another user's or another host's item stays for ``kgrader sandbox cleanup``. Never
-    raises.
+    Cheap: one listing of the temp dir, and each registered backend's own sweep
+    (:meth:`~grader.backends.base.SandboxBackend.sweep`: milliseconds; a daemon's
+    containers are looked for in a background thread, only where one is configured, so a
+    slow or absent daemon delays nothing). Safe: an item goes only when its owner is
+    provably gone (:func:`owner_gone`); a live owner's, a kept, an unmarked, another
+    user's or another host's item stays for ``kgrader sandbox cleanup``. Never raises.
     """
     base = Path(temp_dir or temp_base())
     removed: list[str] = []
@@ -326,27 +331,16 @@ def sweep_orphans(temp_dir: Path | None = None) -> CleanupReport:
             removed.append(str(path))
         except OSError as exc:
             errors.append(f"{path}: {exc}")
-    cg_removed = cg.reclaim_stale(lambda owner: not owner_gone(owner))
-    docker_state = "not configured"
-    if os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists():
-        t = threading.Thread(target=_sweep_containers, name="kgrader-sweep", daemon=True)
-        t.start()
-        atexit.register(t.join, SWEEP_EXIT_WAIT_S)  # a quick command still finishes it
-        docker_state = "checking in the background"
-    if removed or cg_removed or errors:
-        log.info("sweep.done", folders=len(removed), cgroups=len(cg_removed), errors=errors)
-    return CleanupReport(folders_removed=tuple(removed), cgroups_removed=tuple(cg_removed),
-                         docker=docker_state, errors=tuple(errors))
-
-
-def _sweep_containers() -> None:
-    try:
-        from grader.backends.docker.cleanup import reclaim_containers
-        from grader.backends.docker.prereqs import client
-
-        reclaim_containers(client(), gone_only=True)
-    except Exception as exc:  # no SDK, no daemon: nothing to reclaim there
-        log.info("sweep.docker_unavailable", error=str(exc).splitlines()[0] if str(exc) else "")
+    results = []
+    for cls in backend_classes():
+        with contextlib.suppress(Exception):  # never raises
+            results.append((cls, cls.sweep()))
+    fields, state = _by_kind(results, "not configured")
+    if removed or fields["cgroups_removed"] or errors:
+        log.info("sweep.done", folders=len(removed), cgroups=len(fields["cgroups_removed"]),
+                 errors=errors)
+    return CleanupReport(folders_removed=tuple(removed), docker=state, errors=tuple(errors),
+                         **fields)
 
 
 def remove_quietly(path: Path) -> None:

@@ -6,14 +6,14 @@ import glob
 import os
 
 from grader.backends.base import Device, SandboxBackend
-from grader.backends.registry import AUTO, backend_class, backend_names
+from grader.backends.registry import AUTO, DEFAULT, backend_class, backend_names
 from grader.errors import SandboxUnavailableError
 from grader.logs import step
 
-# ``auto`` is the embedded default (README): bubblewrap wherever it works; docker only
-# when named or when bubblewrap is unavailable here. An image that happens to exist does
-# not switch a run to another sandbox without a word.
-DEFAULT_BACKEND = "bwrap"
+# ``auto`` is the embedded default (README, the registry's DEFAULT): bubblewrap wherever
+# it works; another backend only when named or when the default is unavailable here. An
+# image that happens to exist does not switch a run to another sandbox without a word.
+DEFAULT_BACKEND = DEFAULT
 
 
 def detect_device() -> Device:

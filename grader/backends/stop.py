@@ -24,7 +24,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -32,15 +31,14 @@ from pathlib import Path
 import psutil
 import structlog
 
-from grader.backends import cgroups
 from grader.backends.cleanup import (
     FOLDER_PREFIXES,
     current_owner,
     marked_here,
-    owner_alive,
     read_marker,
     temp_base,
 )
+from grader.backends.registry import loaded_backends
 from grader.errors import InfrastructureError
 
 log = structlog.get_logger("kgrader.stop")
@@ -92,9 +90,10 @@ def kill_own() -> int:
     """SIGKILL every sandbox this process owns; return how many things were hit.
 
     Descendant processes (bwrap and whatever runs under it, a local Ray node's workers),
-    this process's cgroups (``cgroup.kill``, so a forking tree cannot outrun it), and
-    the containers labelled with this process as owner (only when this process used the
-    docker backend). Never raises for one item.
+    then each backend's own (:meth:`~grader.backends.base.SandboxBackend.kill_own`: its
+    cgroups, its containers), asked only of the backends loaded in this process: one never
+    imported here started no sandbox here, and the signal path imports nothing. Never
+    raises for one item.
     """
     hit = 0
     with contextlib.suppress(psutil.Error):
@@ -103,29 +102,9 @@ def kill_own() -> int:
                 child.send_signal(signal.SIGKILL)
                 hit += 1
     me = current_owner()
-    hit += len(cgroups.reclaim_stale(lambda o: o != me and owner_alive(o)))
-    if _ran_containers():
-        hit += _kill_own_containers(me)
-    return hit
-
-
-def _ran_containers() -> bool:
-    """Whether this process created a container (docker is never imported for the answer)."""
-    ran = getattr(sys.modules.get("grader.backends.docker.cleanup"), "ran_containers", None)
-    return bool(ran is not None and ran())  # absent, or still importing in another thread
-
-
-def _kill_own_containers(me: str) -> int:
-    from grader.backends.docker.config import LABEL, LABEL_OWNER
-    from grader.backends.docker.prereqs import client
-
-    hit = 0
-    with contextlib.suppress(Exception):
-        flt = {"label": [f"{LABEL}=1", f"{LABEL_OWNER}={me}"], "status": "running"}
-        for c in client().containers.list(filters=flt, ignore_removed=True):
-            with contextlib.suppress(Exception):
-                c.kill()
-                hit += 1
+    for backend in loaded_backends():
+        with contextlib.suppress(Exception):
+            hit += backend.kill_own(me)
     return hit
 
 
@@ -133,7 +112,8 @@ def reclaim_own(temp_dir: Path | None = None) -> int:
     """Remove what is still marked with this process as owner; return how many items.
 
     For the moment before exit, after :func:`kill_own`: folders this process marked (in
-    the temp dir or elsewhere) unless kept on purpose, its cgroups, its containers.
+    the temp dir or elsewhere) unless kept on purpose, then each loaded backend's own
+    (:meth:`~grader.backends.base.SandboxBackend.remove_own`).
     """
     me = current_owner()
     base = Path(temp_dir or temp_base())
@@ -156,21 +136,8 @@ def reclaim_own(temp_dir: Path | None = None) -> int:
         with contextlib.suppress(OSError):
             shutil.rmtree(path)
             removed += 1
-    removed += len(cgroups.reclaim_stale(lambda o: o != me and owner_alive(o)))
-    if _ran_containers():
-        removed += _remove_own_containers(me)
+    for backend in loaded_backends():
+        with contextlib.suppress(Exception):
+            removed += backend.remove_own(me)
     log.info("stop.reclaimed", items=removed)
     return removed
-
-
-def _remove_own_containers(me: str) -> int:
-    from grader.backends.docker.cleanup import remove
-    from grader.backends.docker.config import LABEL, LABEL_OWNER
-    from grader.backends.docker.prereqs import client
-
-    n = 0
-    with contextlib.suppress(Exception):
-        flt = {"label": [f"{LABEL}=1", f"{LABEL_OWNER}={me}"]}
-        for c in client().containers.list(all=True, filters=flt, ignore_removed=True):
-            n += int(remove(c))
-    return n

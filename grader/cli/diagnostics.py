@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from grader.backends.registry import sorted_choices
 from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail, sweep_orphans
 from grader.cli.progress import steps, wide_console
 from grader.cli.tools import tool_exit_code
@@ -81,7 +82,7 @@ def _render(result: Any, console: Console) -> None:
 @click.argument("args", nargs=-1, metavar="TASK CANDIDATE | -w DIR FILE")
 @click.option("--workspace", "-w", type=click.Path(path_type=Path, file_okay=False),
               help="Run the profile_kernel tool on FILE in this workspace instead.")
-@click.option("--backend", type=click.Choice(["auto", "bwrap", "docker"]), default="auto", show_default=True)
+@click.option("--backend", type=click.Choice(sorted_choices()), default="auto", show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm"]), default="auto", show_default=True)
 @click.option("--policy", help="Policy name or path (default: the task's).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on stdout.")

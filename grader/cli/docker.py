@@ -99,7 +99,7 @@ def cleanup_cmd(include_live: bool, temp_dir: Path | None, no_docker: bool, as_j
 
     try:
         report = reclaim_orphans(temp_dir=temp_dir, include_live=include_live,
-                                 docker=not no_docker)
+                                 daemons=not no_docker)
     except KgraderError as exc:
         fail(exc)
     if as_json:

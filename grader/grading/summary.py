@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import signal
 
-from grader.backends.base import SandboxOutcome
+from grader.backends.base import EndedBy, SandboxOutcome
 from grader.backends.cleanup import MIN_FREE_BYTES
+from grader.backends.registry import backend_class
 from grader.diagnostics.records import build_diagnostics
+from grader.errors import KgraderError
 from grader.grading.shared_device import account_for_shared_device
 from grader.measure.accept import decide_with_replicate
 from grader.report.model import (
@@ -106,8 +108,13 @@ def _error(e: wire.ErrorWire, outcome: SandboxOutcome) -> ReportError:
                        after_hidden=e.after_hidden)
 
 
-# What docker's init prints when it cannot forward a signal sent to it to the judge.
-TINI_FORWARD_FAILED = b"[FATAL tini (1)] Unexpected error when forwarding signal"
+def _ended_by(outcome: SandboxOutcome) -> EndedBy | None:
+    """The outcome's backend's explanation of a lost record (none for an unknown name)."""
+    try:
+        return backend_class(outcome.backend).ended_by(outcome)
+    except KgraderError:
+        return None
+
 
 # Signals a process sends (kill(1), a daemon's shutdown); a fault of the judge's own
 # (SIGSEGV, SIGABRT, SIGBUS, SIGSYS) may be provoked by what a runner fed it: not these.
@@ -163,23 +170,11 @@ def no_record_error(p: ResultProblem, outcome: SandboxOutcome,
                                    "point it at a folder with room; retry",
                            detail={"free_bytes": out_free, "exit_code": outcome.exit_code,
                                    "signal": outcome.signal})
-    if p.code == "result_missing" and outcome.exit_code == wire.EXIT_HOST_GONE \
-            and outcome.backend == "docker":
-        return ReportError(stage="sandbox", code="judge_killed", origin="infrastructure",
-                           message="the judge ended because the host's attach to its stdin "
-                                   "closed (the docker daemon restarted, or the connection "
-                                   "broke); retry",
-                           detail={"exit_code": outcome.exit_code, "signal": outcome.signal})
-    if p.code == "result_missing" and outcome.backend == "docker" and outcome.exit_code == 1 \
-            and TINI_FORWARD_FAILED in outcome.stderr:
-        # The container's init (docker's tini) was sent a signal (a daemon stop, `docker
-        # stop`) and could not forward it to the judge, which runs under another uid: it
-        # exits 1 and the container with it. Nothing inside can signal the init (no root
-        # process is left once the launcher exec'd the judge).
-        return ReportError(stage="sandbox", code="judge_killed", origin="infrastructure",
-                           message="the container's init was sent a signal from outside (the "
-                                   "docker daemon stopping, or `docker stop`) and ended the "
-                                   "sandbox; retry",
+    if p.code == "result_missing" and (ended := _ended_by(outcome)) is not None:
+        # A cause only the backend can read from its outcome (docker: the judge's stdin
+        # attach closed, or its init was signalled from outside).
+        return ReportError(stage="sandbox", code=ended.code, origin="infrastructure",
+                           message=ended.message,
                            detail={"exit_code": outcome.exit_code, "signal": outcome.signal})
     if p.code == "result_missing" and judge_killed_from_outside(outcome):
         return ReportError(stage="sandbox", code="judge_killed", origin="infrastructure",

@@ -53,6 +53,7 @@ import filelock
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from grader.backends.registry import AUTO, backend_class, backend_names, sorted_choices
 from grader.backends.select import detect_device, select_backend
 from grader.errors import InfrastructureError, UsageError
 from grader.judgecall import mode_request, run_judge_mode
@@ -118,11 +119,11 @@ def resolve_target(backend: str, device: str) -> tuple[str, str]:
     dev = detect_device() if device == "auto" else device
     if dev not in ("cpu", "cuda", "rocm"):
         raise UsageError(f"unknown device {device!r} (auto, cpu, cuda, rocm)")
-    if backend in ("bwrap", "docker"):
+    if backend in backend_names():
         return backend, dev
-    if backend != "auto":
-        raise UsageError(f"unknown backend {backend!r} (auto, bwrap, docker)")
-    return select_backend("auto", dev).name, dev  # type: ignore[arg-type]
+    if backend != AUTO:
+        raise UsageError(f"unknown backend {backend!r} ({', '.join(sorted_choices())})")
+    return select_backend(AUTO, dev).name, dev  # type: ignore[arg-type]
 
 
 def _version(dist: str) -> str | None:
@@ -154,14 +155,6 @@ def _nvidia_gpus() -> list[str]:
     return []
 
 
-def _docker_image_id(device: str) -> str:
-    from grader.backends.docker import DockerBackend
-    from grader.backends.docker.prereqs import image_id
-
-    # No daemon or no image: SandboxUnavailableError (the calibration could not run either).
-    return image_id(DockerBackend().image_for(device))  # type: ignore[arg-type]
-
-
 def host_probe(backend: str, device: str) -> dict[str, Any]:
     """The cheap fingerprint of ``(backend, device)`` (see the module docstring)."""
     probe: dict[str, Any] = {"device": device, "backend": backend}
@@ -174,11 +167,9 @@ def host_probe(backend: str, device: str) -> dict[str, Any]:
     else:
         probe["cpu_model"] = _cpu_model()
         probe["cpu_count"] = os.cpu_count()
-    if backend == "docker":
-        probe["image_id"] = _docker_image_id(device)
-    else:
-        probe.update(python=platform.python_version(), torch=_version("torch"),
-                     triton=_version("triton"))
+    # What the sandbox runs, as its backend fingerprints it (an image's id; the host's
+    # interpreter and packages).
+    probe.update(backend_class(backend).fingerprint(device))  # type: ignore[arg-type]
     with contextlib.suppress(OSError):
         probe["method"] = hashlib.sha256(_CALIBRATION_CODE.read_bytes()).hexdigest()[:16]
     return probe

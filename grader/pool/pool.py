@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import structlog
 
 from grader.backends.gate import MeasureGate
+from grader.backends.registry import backend_classes
 from grader.backends.select import select_backend
 from grader.errors import InfrastructureError, UsageError
 from grader.evaluate import EvalRequest, evaluate, screen
@@ -58,9 +59,10 @@ class Pool:
             raise UsageError(f"a pool needs size >= 1 and starters >= 1, not {size}/{starters}")
         device = resolve_device(template.device)
         self.backend = select_backend(template.backend, device)
-        if self.backend.name != "bwrap":
-            raise UsageError(f"a warm pool needs the bwrap backend, not {self.backend.name}: only "
-                             "bwrap starts a sandbox apart from its turn at the device")
+        if not self.backend.capabilities.warm_start:
+            warm = " or ".join(c.name for c in backend_classes() if c.capabilities.warm_start)
+            raise UsageError(f"a warm pool needs the {warm} backend, not {self.backend.name}: "
+                             f"only {warm} starts a sandbox apart from its turn at the device")
         self.template, self.key = template, template_key(template)
         self.size, self.starters, self.gate = size, starters, gate
         self.idle_s, self.start_s = idle_s, start_s

@@ -11,25 +11,25 @@ this pytest process.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
-import socket
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from grader.backends.base import SANDBOX_GID, SANDBOX_UID, SandboxOutcome, SandboxSpec
+from grader.backends.conformance.host import (
+    Sentinel,
+    loopback_answers,
+    sandbox_processes,
+)
+from grader.backends.conformance.standin import launch_argv
+from grader.backends.registry import backend_names
 from grader.evaluate import EvalRequest, evaluate
 from grader.limits import Limits
 from grader.report.model import Report
-
-from .standin_launch import launch_argv
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -60,7 +60,8 @@ def _task_with_default_policy() -> Path:
 
 TASK = _task_with_default_policy()
 RUNTIME_ONLY = REPO / "tests" / "policies" / "runtime-only.toml"
-BACKENDS = ("bwrap", "docker")
+# Every backend the registry knows when the suite is collected (an added one included).
+BACKENDS = backend_names()
 # Generous: other work may share the 2 cores; only the timeout tests use small limits.
 SLOW_OK = {"compile_s": 180, "run_s": 180}
 
@@ -74,61 +75,6 @@ def backend_object(name: str) -> Any:
 # --------------------------------------------------------------------------- host state
 
 
-@dataclass
-class Sentinel:
-    """A world-readable host file in a world-traversable directory, outside every mount."""
-
-    path: Path
-    content: str
-
-    @classmethod
-    def create(cls, directory: Path) -> Sentinel:
-        content = f"kgrader-conformance-sentinel {uuid.uuid4().hex}\n"
-        path = directory / f".host-sentinel-{uuid.uuid4().hex[:12]}"
-        path.write_text(content)
-        path.chmod(0o644)
-        return cls(path, content)
-
-    def digest(self) -> tuple[str, int]:
-        st = self.path.stat()
-        return hashlib.sha256(self.path.read_bytes()).hexdigest(), st.st_mtime_ns
-
-
-def _mentions(pid: int, marker: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/mountinfo") as f:
-            return marker in f.read()
-    except OSError:
-        return False
-
-
-# The judge's uid and the runners' uids.
-SANDBOX_UIDS = frozenset({SANDBOX_UID, *range(65500, 65532)})
-
-
-def sandbox_processes(marker: str) -> list[psutil.Process]:
-    """Live (non-zombie) sandbox processes that belong to this test: any uid the sandbox
-    uses, or uid 0 with this test's folder in its mount table (the launcher)."""
-    me = os.getpid()
-    mine: set[int] = set()
-    with contextlib.suppress(psutil.Error):
-        mine = {p.pid for p in psutil.Process(me).children(recursive=True)}
-    found = []
-    for p in psutil.process_iter(["uids", "status"]):
-        try:
-            if p.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            uids = p.info["uids"]
-            if uids.real in SANDBOX_UIDS or uids.effective in SANDBOX_UIDS:
-                if p.pid in mine or _mentions(p.pid, marker):
-                    found.append(p)
-            elif 0 in (uids.real, uids.effective) and _mentions(p.pid, marker):
-                found.append(p)  # the launcher (uid 0 inside the sandbox, no user namespace)
-        except psutil.Error:
-            continue
-    return found
-
-
 def our_containers() -> list[Any]:
     """Containers labelled ``kgrader=1`` that this pytest process created (its owner label)."""
     from grader.backends.cleanup import current_owner
@@ -136,19 +82,6 @@ def our_containers() -> list[Any]:
 
     flt = {"label": ["kgrader=1", f"kgrader.owner={current_owner()}"]}
     return list(client().containers.list(all=True, filters=flt, ignore_removed=True))
-
-
-def loopback_answers(timeout: float = 5.0) -> bool:
-    """The host's own network stack still works: a 127.0.0.1 round trip."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        srv.settimeout(timeout)
-        with socket.create_connection(srv.getsockname(), timeout=timeout) as c:
-            conn, _ = srv.accept()
-            with conn:
-                c.sendall(b"ping")
-                return conn.recv(4) == b"ping"
 
 
 @dataclass

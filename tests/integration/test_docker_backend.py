@@ -36,8 +36,7 @@ pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 RunPy = Callable[..., SandboxOutcome]
-sys.path.insert(0, str(REPO / "tests" / "conformance"))
-from standin_launch import launch_argv  # noqa: E402  (the launcher stand-in, tests only)
+from grader.backends.conformance.standin import launch_argv  # noqa: E402
 
 
 @pytest.fixture(scope="module")

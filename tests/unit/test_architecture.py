@@ -22,8 +22,7 @@ MAX_LINES = 450
 # module level; the cycle check covers these as well, so none of them can hide a cycle.
 LAZY_PACKAGES = {
     "docker": "the docker SDK: ~0.1 s on every CLI start, and only docker runs need it",
-    "grader.backends.docker": "its modules import the docker SDK at module level: the "
-                              "generic layer (cleanup, stop, peaks) loads them only for docker",
+    "requests": "the docker SDK's transport, imported with it (docker runs only)",
     "pynvml": "optional: NVIDIA hosts only",
     "ray": "optional extra (ray): distributed leaderboard workers only",
     "mcp": "optional extra (mcp): the MCP server only",
@@ -45,6 +44,9 @@ _LOCKDOWN = ("harden is every principal's first import (runner boot, problem pro
              "what only the lockdown needs is loaded by the lockdown")
 _TOOL = ("a profiled runner's entry: the runner's code (torch) only after the tool's own "
          "arguments are parsed, as sandbox.runner.boot orders it")
+_DOCKER_SDK = ("they import the docker SDK at module level: the docker backend's class loads "
+               "them where a container is checked, run or looked for, so the registry, the "
+               "stop and the sweep reach its lifecycle without the SDK")
 LAZY_EDGES = {
     ("sandbox.judge.main", "sandbox.judge.prestart"): _ORDER,
     ("sandbox.judge.main", "sandbox.judge.run"): _ORDER,
@@ -64,6 +66,10 @@ LAZY_EDGES = {
     ("sandbox.judge.run", "sandbox.tools.profiling"): "a mode loads only its own stages",
     ("sandbox.judge.run", "sandbox.tools.peaks"): "a mode loads only its own stages",
     ("sandbox.tools.tool_runner", "sandbox.launcher.proc"): _TOOL,
+    ("grader.backends.docker.backend", "grader.backends.docker.prereqs"): _DOCKER_SDK,
+    ("grader.backends.docker.backend", "grader.backends.docker.cleanup"): _DOCKER_SDK,
+    ("grader.backends.docker.backend", "grader.backends.docker.supervise"): _DOCKER_SDK,
+    ("grader.backends.docker.images", "grader.backends.docker.prereqs"): _DOCKER_SDK,
     ("sandbox.tools.tool_runner", "sandbox.runner.main"): _TOOL,
 }
 # TYPE_CHECKING imports that still close a loop, each an annotation of the module that

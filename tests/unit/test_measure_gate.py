@@ -105,7 +105,7 @@ def _spec(gate: Turn, wall_s: float) -> Any:
 
 
 def test_the_wall_limit_counts_from_the_grant(tmp_path: Path) -> None:
-    from grader.backends.bwrap_supervise import _wait
+    from grader.backends.bwrap.supervise import _wait
 
     gate = MeasureGate()
     a, b = tmp_path / "a", tmp_path / "b"

@@ -6,42 +6,52 @@ resolve the GPU ids, prepare ``/kg/out``, create the container from
 stdout/stderr, start, wait up to the wall limit while a watcher samples ``pids.events``,
 kill on timeout or on a fork bomb, read the final state (exit status, OOM), classify the
 end (:mod:`grader.backends.classify`), remove the container.
+
+The class also owns the lifecycle of its containers (kill this process's on a stop,
+reclaim a dead owner's, the start-up sweep), the peaks cache's fingerprint (the image)
+and what a lost record means on docker (:meth:`DockerBackend.ended_by`). This module loads
+without the docker SDK: the modules that import it (:mod:`.prereqs`, :mod:`.cleanup`,
+:mod:`.supervise`) are imported where a container is checked, run or looked for, so the
+registry reaches these methods at no cost where no container ever ran.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import re
+import sys
+import threading
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-import requests.exceptions
 import structlog
-from docker.models.containers import Container
 
 from grader.backends.base import (
     LAUNCH_CAPS,
+    Capabilities,
     Device,
+    EndedBy,
+    Reclaimed,
     SandboxBackend,
     SandboxOutcome,
     SandboxSpec,
     prepare_out_dir,
 )
 from grader.backends.classify import classify, decode_status
-from grader.backends.docker import cleanup, prereqs
 from grader.backends.docker.config import (
     HOST_HARNESS,
+    LABEL,
+    LABEL_OWNER,
     SCRATCH_OPTIONS,
     SHM_OPTIONS,
     container_kwargs,
     gpu_node_gids,
 )
 from grader.backends.docker.images import build_command, default_image
-from grader.backends.docker.prereqs import START_HINT
-from grader.backends.docker.supervise import Watched, supervise
 from grader.backends.enforcement import (
     DiskEnforcement,
     Enforcement,
@@ -53,12 +63,34 @@ from grader.backends.gpu import GpuSelection, resolve_gpu_ids
 from grader.backends.output import collect
 from grader.backends.registry import sandbox_backend
 from grader.errors import ImageMissingError, SandboxUnavailableError
+from sandbox.contract.wire import EXIT_HOST_GONE
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+    from grader.backends.docker.supervise import Watched
 
 log = structlog.get_logger("kgrader.docker")
+# What the container's init (docker's tini) prints when it could not forward a signal.
+TINI_FORWARD_FAILED = b"[FATAL tini (1)] Unexpected error when forwarding signal"
+SWEEP_EXIT_WAIT_S = 10.0  # a quick command still finishes the background sweep
+
+
+def supervise(client: docker.DockerClient, container: Container, wall_s: float,
+              output_bytes: int, cancel: threading.Event | None) -> Watched:
+    """:func:`grader.backends.docker.supervise.supervise` (imported on first use)."""
+    from grader.backends.docker.supervise import supervise as watch_container
+
+    return watch_container(client, container, wall_s, output_bytes, cancel)
 
 
 def require_image(c: docker.DockerClient, image: str, device: Device) -> str:
     """``image`` if it is present locally (kgrader never pulls), else :class:`ImageMissingError`."""
+    import docker.errors
+
+    from grader.backends.docker.prereqs import START_HINT
+
     try:
         c.images.get(image)
     except docker.errors.ImageNotFound as exc:
@@ -99,6 +131,8 @@ class DockerBackend(SandboxBackend):
     """Runs each sandbox as a fresh docker container; never pulls images."""
 
     name = "docker"
+    capabilities = Capabilities(warm_start=False, daemon=True, devices=("cpu", "cuda", "rocm"),
+                                leftovers="containers")
 
     def __init__(self, image: str | None = None, *, harness_dir: Path = HOST_HARNESS) -> None:
         """``image``: the image to run; ``None`` picks the default image per device."""
@@ -111,6 +145,8 @@ class DockerBackend(SandboxBackend):
 
     def check_available(self, device: Device) -> None:
         """Daemon reachable, image local, harness present, GPU plumbing where needed."""
+        from grader.backends.docker import prereqs
+
         check_available(prereqs.client(), self.image, device, self.harness_dir)
 
     def python(self) -> str:
@@ -119,6 +155,12 @@ class DockerBackend(SandboxBackend):
 
     def run(self, spec: SandboxSpec) -> SandboxOutcome:
         """Run ``spec`` in a fresh container and always remove it afterwards."""
+        import docker.errors
+        import requests.exceptions
+
+        from grader.backends.docker import cleanup, prereqs
+        from grader.backends.docker.prereqs import START_HINT
+
         gpu = resolve_gpu_ids(spec.device, spec.gpu_ids)  # bad input first, on every backend
         client = prereqs.client()
         image = require_image(client, self.image_for(spec.device), spec.device)
@@ -176,8 +218,112 @@ class DockerBackend(SandboxBackend):
         A container whose owner (the host process that started it) still runs on this
         host is kept unless ``include_live``.
         """
+        from grader.backends.docker import cleanup, prereqs
+
         removed, _ = cleanup.reclaim_containers(prereqs.client(), include_live=include_live)
         return len(removed)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def kill_own(cls, owner: str) -> int:
+        """Kill the running containers labelled with ``owner``, only when this process
+        created one (the docker SDK is never imported for the answer)."""
+        if not _ran_containers():
+            return 0
+        from grader.backends.docker.prereqs import client
+
+        hit = 0
+        with contextlib.suppress(Exception):
+            flt = {"label": [f"{LABEL}=1", f"{LABEL_OWNER}={owner}"], "status": "running"}
+            for c in client().containers.list(filters=flt, ignore_removed=True):
+                with contextlib.suppress(Exception):
+                    c.kill()
+                    hit += 1
+        return hit
+
+    @classmethod
+    def remove_own(cls, owner: str) -> int:
+        """Remove every container labelled with ``owner`` (when this process made one)."""
+        if not _ran_containers():
+            return 0
+        from grader.backends.docker.cleanup import remove
+        from grader.backends.docker.prereqs import client
+
+        n = 0
+        with contextlib.suppress(Exception):
+            flt = {"label": [f"{LABEL}=1", f"{LABEL_OWNER}={owner}"]}
+            for c in client().containers.list(all=True, filters=flt, ignore_removed=True):
+                n += int(remove(c))
+        return n
+
+    @classmethod
+    def reclaim(cls, *, include_live: bool = False) -> Reclaimed:
+        """Containers of gone owners; without the SDK or a reachable daemon the state says
+        so and nothing else is affected."""
+        try:
+            from grader.backends.docker.cleanup import reclaim_containers
+            from grader.backends.docker.prereqs import client
+
+            removed, kept = reclaim_containers(client(), include_live=include_live)
+        except ImportError as exc:
+            return Reclaimed(state=f"unavailable: {exc}")
+        except Exception as exc:  # no daemon: a bwrap-only host still gets its folders back
+            return Reclaimed(state=f"unavailable: {str(exc).splitlines()[0]}")
+        return Reclaimed(removed=tuple(removed), kept=tuple(kept), state="checked")
+
+    @classmethod
+    def sweep(cls) -> Reclaimed:
+        """Containers are looked for in a background thread, only where a daemon is
+        configured, so a slow or absent daemon delays nothing."""
+        if not (os.environ.get("DOCKER_HOST") or Path("/var/run/docker.sock").exists()):
+            return Reclaimed(state="not configured")
+        t = threading.Thread(target=_sweep_containers, name="kgrader-sweep", daemon=True)
+        t.start()
+        atexit.register(t.join, SWEEP_EXIT_WAIT_S)  # a quick command still finishes it
+        return Reclaimed(state="checking in the background")
+
+    @classmethod
+    def fingerprint(cls, device: Device) -> dict[str, Any]:
+        """The image's id: it holds the interpreter and packages the sandbox runs."""
+        from grader.backends.docker.prereqs import image_id
+
+        # No daemon or no image: SandboxUnavailableError (the calibration could not run either).
+        return {"image_id": image_id(cls().image_for(device))}
+
+    @classmethod
+    def ended_by(cls, outcome: SandboxOutcome) -> EndedBy | None:
+        """The judge's tether (its stdin attach) closed, or the container's init was
+        signalled from outside: both the daemon's doing, not the candidate's."""
+        if outcome.exit_code == EXIT_HOST_GONE:
+            return EndedBy("judge_killed", "the judge ended because the host's attach to its "
+                           "stdin closed (the docker daemon restarted, or the connection "
+                           "broke); retry")
+        if outcome.exit_code == 1 and TINI_FORWARD_FAILED in outcome.stderr:
+            # The container's init (docker's tini) was sent a signal (a daemon stop, `docker
+            # stop`) and could not forward it to the judge, which runs under another uid: it
+            # exits 1 and the container with it. Nothing inside can signal the init (no root
+            # process is left once the launcher exec'd the judge).
+            return EndedBy("judge_killed", "the container's init was sent a signal from "
+                           "outside (the docker daemon stopping, or `docker stop`) and ended "
+                           "the sandbox; retry")
+        return None
+
+
+def _ran_containers() -> bool:
+    """Whether this process created a container (docker is never imported for the answer)."""
+    ran = getattr(sys.modules.get("grader.backends.docker.cleanup"), "ran_containers", None)
+    return bool(ran is not None and ran())  # absent, or still importing in another thread
+
+
+def _sweep_containers() -> None:
+    try:
+        from grader.backends.docker.cleanup import reclaim_containers
+        from grader.backends.docker.prereqs import client
+
+        reclaim_containers(client(), gone_only=True)
+    except Exception as exc:  # no SDK, no daemon: nothing to reclaim there
+        log.info("sweep.docker_unavailable", error=str(exc).splitlines()[0] if str(exc) else "")
 
 
 def enforcement(spec: SandboxSpec, pids_visible: bool, gpu: GpuSelection) -> Enforcement:

@@ -13,6 +13,9 @@ Every security-relevant choice is made here, and unit-tested without a daemon:
 * memory (== memory+swap), pids, CPU: the container's cgroup;
 * GPUs: ``device_requests`` with explicit NVIDIA ids, or ``/dev/kfd`` plus the named
   render nodes (ROCm); ids resolved by the shared rule of :mod:`grader.backends.gpu`.
+
+The docker SDK's types are imported where the arguments are built, so that the backend's
+class (and its lifecycle methods) load without the SDK.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ import math
 import re
 from pathlib import Path
 from typing import Any
-
-from docker.types import DeviceRequest, LogConfig, Mount, Ulimit
 
 from grader.backends.base import (
     HARNESS_MOUNT,
@@ -69,6 +70,8 @@ def gpu_options(gpu: GpuSelection, gids: tuple[int, ...]) -> dict[str, Any]:
     if gpu.device == "cpu":
         return {}
     if gpu.device == "cuda":
+        from docker.types import DeviceRequest
+
         request = DeviceRequest(driver="nvidia", device_ids=list(gpu.ids), capabilities=[["gpu"]])
         return {"device_requests": [request]}
     nodes = ["/dev/kfd", *(f"/dev/dri/{g}" for g in gpu.ids)]
@@ -112,6 +115,8 @@ def container_kwargs(
     Pure apart from resolving GPU ids when ``gpu`` is not given (environment, KFD topology)
     and reading the GPU nodes' groups.
     """
+    from docker.types import LogConfig, Mount, Ulimit
+
     lim = spec.limits
     gpu = gpu or resolve_gpu_ids(spec.device, spec.gpu_ids)
     gids = gpu_node_gids(gpu)

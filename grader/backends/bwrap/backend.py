@@ -5,8 +5,8 @@ Launch sequence, one step per line (isolate/nsjail style), each failing closed:
 1. GPU ids resolved by the shared rule (:mod:`grader.backends.gpu`); ``/kg/out`` made
    uid 65534 mode 0700; a scratch mount-point folder marked with its owner;
 2. a per-evaluation cgroup (memory = memory+swap, pids) when the host offers one, named
-   after its owner so that :mod:`grader.backends.cleanup` can reclaim it;
-3. in the child, as root (:mod:`grader.backends.hoststeps`): join the cgroup, rlimits, a
+   after its owner so that the backend's own reclaim, sweep and kill find it;
+3. in the child, as root (:mod:`grader.backends.bwrap.hoststeps`): join the cgroup, rlimits, a
    network namespace with ``lo`` up, a private mount namespace with the scratch tmpfs
    mounts (size and inode caps), ``no_new_privs``, bounding set = the launch capabilities;
 4. ``bwrap`` builds the pid, ipc, uts, mount and cgroup namespaces and the read-only binds
@@ -40,13 +40,16 @@ from grader.backends.base import (
     OUT_MOUNT,
     SCRATCH_MOUNT,
     SHM_MOUNT,
+    Capabilities,
     Device,
+    Reclaimed,
     SandboxBackend,
     SandboxOutcome,
     SandboxSpec,
     prepare_out_dir,
 )
-from grader.backends.bwrap_supervise import Supervision, supervise
+from grader.backends.bwrap.hoststeps import HostSteps, ScratchSpec
+from grader.backends.bwrap.supervise import Supervision, supervise
 from grader.backends.cleanup import current_owner, disk_full, mark_owner, remove_quietly, temp_base
 from grader.backends.enforcement import (
     DiskEnforcement,
@@ -62,12 +65,12 @@ from grader.backends.gpu import (
     device_nodes,
     resolve_gpu_ids,
 )
-from grader.backends.hoststeps import HostSteps, ScratchSpec
+from grader.backends.owner import owner_alive, owner_gone
 from grader.backends.registry import sandbox_backend
 from grader.errors import SandboxUnavailableError
 
 log = structlog.get_logger("kgrader.bwrap")
-HARNESS_SRC = Path(__file__).resolve().parents[2] / "sandbox"
+HARNESS_SRC = Path(__file__).resolve().parents[3] / "sandbox"
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group",
               "localtime", "alternatives")
 _GPU_ENV = ("LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_LIBCUDA_PATH", "TRITON_PTXAS_PATH",
@@ -138,9 +141,34 @@ def _libcuda_dir() -> str | None:
 
 @sandbox_backend("bwrap")
 class BwrapBackend(SandboxBackend):
-    """Runs each sandbox in fresh bubblewrap namespaces; needs root, no daemon."""
+    """Runs each sandbox in fresh bubblewrap namespaces; needs root, no daemon.
+
+    Its leftovers are cgroups named after their owner (:mod:`grader.backends.cgroups`);
+    the evaluation and scratch folders are the generic layer's (owner markers)."""
 
     name = "bwrap"
+    # The supervisor waits on the device's turn after the sandbox started (a warm pool).
+    capabilities = Capabilities(warm_start=True, devices=("cpu", "cuda", "rocm"),
+                                leftovers="cgroups")
+
+    @classmethod
+    def kill_own(cls, owner: str) -> int:
+        """``cgroup.kill`` and remove this process's cgroups (a forking tree cannot outrun
+        it), and those of dead owners."""
+        return len(cgroups.reclaim_stale(lambda o: o != owner and owner_alive(o)))
+
+    @classmethod
+    def remove_own(cls, owner: str) -> int:
+        return cls.kill_own(owner)
+
+    @classmethod
+    def reclaim(cls, *, include_live: bool = False) -> Reclaimed:
+        return Reclaimed(removed=tuple(cgroups.reclaim_stale(owner_alive,
+                                                             include_live=include_live)))
+
+    @classmethod
+    def sweep(cls) -> Reclaimed:
+        return Reclaimed(removed=tuple(cgroups.reclaim_stale(lambda o: not owner_gone(o))))
 
     def __init__(self, bwrap: str | None = None):
         self.bwrap = bwrap or os.environ.get("KGRADER_BWRAP") or shutil.which("bwrap") or "bwrap"
@@ -269,13 +297,13 @@ class BwrapBackend(SandboxBackend):
             steps = HostSteps(attach=cg.attach if cg else None, file_size=lim.file_size_bytes,
                               scratch=scratch)
             argv = self.argv(spec, scratch_root, gpu, nodes, gids)
-            log.info("sandbox_start", backend="bwrap", label=name, device=spec.device,
+            log.info("sandbox_start", backend=self.name, label=name, device=spec.device,
                      gpu_ids=list(gpu.ids), cgroup=cg.kind if cg else None)
             sup = supervise(argv, steps, spec, cg)
         finally:
             remove_quietly(scratch_root)
-        outcome = sup.outcome(self._enforcement(spec, cg, sup, gpu, gids, scratch))
-        log.info("sandbox_end", backend="bwrap", label=name, rc=sup.returncode,
+        outcome = sup.outcome(self._enforcement(spec, cg, sup, gpu, gids, scratch), self.name)
+        log.info("sandbox_end", backend=self.name, label=name, rc=sup.returncode,
                  wall_s=round(outcome.wall_s, 3), fired=outcome.limit_fired)
         return outcome
 

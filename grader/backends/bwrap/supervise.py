@@ -14,12 +14,12 @@ import structlog
 
 from grader.backends import cgroups
 from grader.backends.base import SandboxOutcome, SandboxSpec
+from grader.backends.bwrap.hoststeps import HostSteps
 from grader.backends.cancel import watch
 from grader.backends.classify import Evidence, classify, decode_status
 from grader.backends.enforcement import Enforcement
 from grader.backends.gate import MAX_WAIT_FACTOR
 from grader.backends.gpu_watch import GpuWatch
-from grader.backends.hoststeps import HostSteps
 from grader.backends.output import OutputDrain, collect, fd_chunks
 from grader.backends.watchdog import Watchdog
 from grader.errors import SandboxUnavailableError
@@ -39,12 +39,12 @@ class Supervision:
     evidence: Evidence
     gpu_watchdog: bool | None  # None: none ran; else whether NVML was available
 
-    def outcome(self, enforcement: Enforcement) -> SandboxOutcome:
+    def outcome(self, enforcement: Enforcement, backend: str) -> SandboxOutcome:
         out, err, truncated = collect(self.stdout, self.stderr, self.spec.limits.output_bytes)
         exit_code, sig = decode_status(self.returncode)
         ev = self.evidence
         return SandboxOutcome(
-            backend="bwrap", exit_code=exit_code, signal=sig, wall_s=self.wall_s,
+            backend=backend, exit_code=exit_code, signal=sig, wall_s=self.wall_s,
             stdout=out, stderr=err, timed_out=ev.timed_out, oom_killed=ev.oom_killed,
             pids_limited=ev.pids_limited, output_truncated=truncated,
             limit_fired=classify(ev), enforcement=enforcement,

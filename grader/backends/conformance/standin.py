@@ -1,4 +1,4 @@
-"""The launcher's privilege drop for test snippets (tests only).
+"""The launcher's privilege drop for snippets run without a judge (conformance checks).
 
 The backends start the sandbox's first process as uid 0 holding only the launch
 capabilities; in production that process is ``sandbox/launcher/launch.py``, which drops them
