@@ -1,0 +1,106 @@
+"""Every fact about an error code is on its catalogue entry (sandbox/contract/codes.py), and
+the sets its consumers used to keep by hand are derived from it, equal to what they were.
+Each boundary (the CLI, the agent tools, the service's HTTP API, a leaderboard row) maps
+every exception class to its output in one function; docs/architecture.md's "How to add a
+check" names files that exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sandbox.contract import codes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The hand-kept sets as they were (grader/report/shared_device.py, leaderboard/integrity.py,
+# and the leaderboard's and service's retry: every report error of origin infrastructure,
+# every InfrastructureError) before the facts moved onto the entries.
+OLD_TIMING = frozenset({"timeout", "compile_timeout", "gpu_busy_between_calls",
+                        "work_escaped_timing", "work_deferred_to_copy", "timing_inconsistent",
+                        "below_roofline_floor"})
+OLD_VIOLATION = frozenset({
+    "out_of_bounds_write", "out_of_bounds_access", "work_escaped_timing", "timing_inconsistent",
+    "side_stream", "background_thread", "input_mutated", "precision_flags_changed",
+    "torch_compute_in_launch", "op_audit_tampered", "out_tampered", "runner_spawned_process",
+    "pids_limit", "disk_limit", "output_limit", "below_roofline_floor", "protocol_violation"})
+OLD_RETRIED = frozenset({
+    "bad_request", "calibration_failed", "device_out_of_memory", "disk_full",
+    "foreign_gpu_process", "gate_failed", "harness_timeout", "image_build_failed",
+    "image_missing", "infrastructure", "internal", "internal_error", "judge_error",
+    "judge_killed", "judge_setup_failed", "missing_dependency", "needs_cuda", "needs_device",
+    "not_finished", "ray_cluster_lost", "reference_failed", "result_malformed",
+    "runner_isolation_unavailable", "runner_killed", "runner_setup_failed",
+    "sandbox_unavailable", "service_unreachable", "timing_unreliable", "unsupported_dtype",
+    "wire_mismatch",
+    "interrupted",  # Stopped, an InfrastructureError: the leaderboard retries it next run
+})
+OLD_HTTP = {"unauthenticated": 401, "bad_token": 401, "forbidden": 403, "rate_limited": 429,
+            "quota_exceeded": 429, "not_found": 404, "method_not_allowed": 405,
+            "too_large": 413, "unknown_task": 404, "bad_candidate": 422, "already_finished": 409,
+            "not_finished": 409, "internal": 500, "bad_request": 400}
+
+
+def test_the_derived_sets_equal_the_hand_kept_ones() -> None:
+    assert codes.TIMING_CODES == OLD_TIMING
+    assert codes.VIOLATION_CODES == OLD_VIOLATION
+    assert codes.RETRIED_CODES == OLD_RETRIED
+    assert {c.name: c.http for c in codes.CATALOGUE if c.http is not None} == OLD_HTTP
+
+
+def test_the_consumers_read_the_derived_sets() -> None:
+    from grader.leaderboard import integrity
+    from grader.report import shared_device
+
+    assert integrity.VIOLATION_CODES is codes.VIOLATION_CODES
+    assert not hasattr(shared_device, "TIMING_CODES")  # no copy of its own
+    for rel in ("grader/report/shared_device.py", "grader/leaderboard/integrity.py",
+                "grader/leaderboard/job.py", "grader/service/worker.py"):
+        text = (ROOT / rel).read_text()
+        assert "frozenset({" not in text.split("HONEST_SCAN_RULES")[-1], rel
+
+
+def test_every_code_has_its_facts_set() -> None:
+    for c in codes.CATALOGUE:
+        for fact in ("timing", "disqualifying", "retried", "current", "runner"):
+            assert isinstance(getattr(c, fact), bool), (c.name, fact)
+        assert c.origins, c.name  # who is blamed: reused as the `blamed` fact
+        assert set(c.origins) <= {"candidate", "infrastructure", "usage"}, c.name
+        # A verdict against the candidate: timing and disqualifying only where blamed on it.
+        if c.timing or c.disqualifying:
+            assert "candidate" in c.origins and "report" in c.where, c.name
+        # A re-run helps only what is not the candidate's verdict.
+        if c.retried:
+            assert c.origins != ("candidate",), c.name
+        if "api" in c.where:
+            assert c.http is not None and 400 <= c.http < 600, c.name
+            said = re.search(r"HTTP (\d{3})", c.meaning)
+            if said:  # the meaning's status, where it gives one, is the fact's
+                assert int(said.group(1)) == c.http, c.name
+        else:
+            assert c.http is None, c.name
+        if "host" in c.where:
+            assert c.exit_code in (2, 75), c.name
+        else:
+            assert c.exit_code is None, c.name
+    assert codes.BY_NAME["not_finished"].exit_code == 75
+
+
+def test_retried_decides_by_origin_and_entry() -> None:
+    assert codes.retried("timing_unreliable", "infrastructure")
+    assert codes.retried("current_harness_timeout", "infrastructure")
+    assert codes.retried("result_malformed", "infrastructure")
+    assert not codes.retried("result_malformed", "candidate")
+    assert not codes.retried("timeout", "candidate")
+    assert codes.is_timing("current_timeout") and not codes.is_timing("wrong_values")
+
+
+def test_the_page_shows_the_facts() -> None:
+    page = codes.markdown()
+    row = next(line for line in page.splitlines() if line.startswith("| `work_escaped_timing`"))
+    assert "timing, disqualifying" in row
+    row = next(line for line in page.splitlines() if line.startswith("| `judge_killed`"))
+    assert "retried" in row
+    row = next(line for line in page.splitlines() if line.startswith("| `bad_candidate`"))
+    assert "HTTP 422" in row
+    assert (ROOT / "docs/errors.md").read_text(encoding="utf-8") == page + "\n"
