@@ -104,3 +104,25 @@ def test_the_page_shows_the_facts() -> None:
     row = next(line for line in page.splitlines() if line.startswith("| `bad_candidate`"))
     assert "HTTP 422" in row
     assert (ROOT / "docs/errors.md").read_text(encoding="utf-8") == page + "\n"
+
+
+def test_the_service_refuses_a_source_with_the_shared_check_and_wording() -> None:
+    import pytest
+
+    from grader.errors import CandidateFileError
+    from grader.scan import check_source
+    from grader.service.errors import http_error
+
+    cases = [("   \n", 422, "bad_candidate", "candidate is empty: s"),
+             ("x = 1\0", 422, "bad_candidate", "candidate is binary (contains NUL bytes): s"),
+             ("x = '\ud800'", 422, "bad_candidate", "candidate is not UTF-8 (a lone surrogate"),
+             ("#" * 5000, 413, "too_large", "candidate is larger than 4096 bytes: s")]
+    for text, status, code, said in cases:
+        with pytest.raises(CandidateFileError) as e:
+            check_source(text, "s", 4096)
+        got_status, body, headers = http_error(e.value)
+        assert (got_status, body["code"]) == (status, code)
+        assert body["message"].startswith(said) and headers is None
+    status, body, _ = http_error(RuntimeError("secret /path"))
+    assert status == 500 and body == {"code": "internal",
+                                      "message": "internal error (logged on the server)"}
