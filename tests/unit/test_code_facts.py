@@ -126,3 +126,66 @@ def test_the_service_refuses_a_source_with_the_shared_check_and_wording() -> Non
     status, body, _ = http_error(RuntimeError("secret /path"))
     assert status == 500 and body == {"code": "internal",
                                       "message": "internal error (logged on the server)"}
+
+
+def test_how_to_add_a_check_names_files_that_exist() -> None:
+    doc = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
+    head = "### How to add a check (an error code)"
+    assert head in doc and "## How to add a backend, a field format, a check" in doc
+    section = doc.split(head, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    paths = set(re.findall(r"`((?:grader|sandbox|tests|scripts|docs)/[\w/.]+)", section))
+    assert len(paths) >= 12, paths
+    missing = sorted(p for p in paths if not (ROOT / p.rstrip("/")).exists())
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+
+
+def test_every_boundary_maps_every_exception_class() -> None:
+    import importlib
+    import json
+    import subprocess
+    import sys
+
+    from grader.agent.results import fault
+    from grader.cli.common import error_document, exit_code_of
+    from grader.errors import KgraderError
+    from grader.service.errors import http_error
+
+    for mod in ("grader.agent.schemas", "grader.agent.workspace", "grader.backends.stop",
+                "grader.diagnostics.advice", "grader.experience.model",
+                "grader.leaderboard.ray_cluster", "grader.leaderboard.state", "grader.outpaths",
+                "grader.service.client", "grader.service.server", "grader.service.sql",
+                "grader.tasks.checkrun", "grader.tasks.common"):  # every class is defined
+        importlib.import_module(mod)
+
+    def walk(cls: type) -> list[type]:
+        return [cls] + [s for c in cls.__subclasses__() for s in walk(c)]
+
+    classes = walk(KgraderError)
+    assert len(classes) >= 25
+    for cls in classes:
+        err = None
+        for args in (("boom",), ("tool", "field", "boom"), ("boom", "why"), ("boom", 1, 2)):
+            try:  # a class with its own constructor takes more
+                err = cls(*args)
+                break
+            except TypeError:
+                continue
+        assert isinstance(err, KgraderError), f"cannot make a {cls.__name__} to map"
+        assert err.code in codes.BY_NAME, cls
+        doc = error_document(err)
+        assert doc["error"]["code"] == err.code and doc["exit_code"] == exit_code_of(err)
+        assert doc["exit_code"] in (2, 75)
+        result = fault("compile_kernel", err)
+        assert result["ok"] is False and result["errors"][0]["code"] == err.code
+        status, body, _ = http_error(err)
+        assert 400 <= status < 600 and set(body) == {"code", "message"}
+        assert "Traceback" not in json.dumps([doc, result, body])
+    bug = RuntimeError("secret")
+    assert fault("t", bug)["errors"][0]["code"] == "internal_error"
+    assert "secret" not in json.dumps(fault("t", bug)) + json.dumps(http_error(bug))
+    # The CLI's exit code for not_finished is its entry's, through the one map.
+    out = subprocess.run([sys.executable, "-c", "from grader.cli.common import fail\n"
+                          "from grader.service.client import NotFinished\n"
+                          "fail(NotFinished('not yet'))"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert out.returncode == 75 and out.stderr.startswith("infrastructure error: not yet")
