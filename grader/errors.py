@@ -50,6 +50,10 @@ class CandidateFileError(UsageError):
     code = "bad_candidate_file"
 
 
+class CandidateTooLargeError(CandidateFileError):
+    """A candidate's text exceeds the size cap (the API answers it ``too_large``)."""
+
+
 class PolicyError(UsageError):
     """A policy file is malformed or names something unknown."""
 

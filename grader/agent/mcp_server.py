@@ -100,14 +100,9 @@ def build_server(workspace: str | Path) -> Any:
                 box["result"] = kt.call_tool(ws, name, args)
             except KgraderError as e:  # typed: the set-up's, the candidate's or the machine's
                 box["result"] = fault(name, e, facts_for(ws.spec))
-            except Exception:  # a kgrader bug: its text stays on stderr (fail closed)
+            except Exception as e:  # a kgrader bug: its text stays on stderr (fail closed)
                 log.exception("tool %s failed", name)
-                box["result"] = {"tool": name, "ok": False, "stage": "sandbox", "warnings": [],
-                                 "errors": [{"stage": "sandbox", "code": "internal_error",
-                                             "origin": "infrastructure", "line": None,
-                                             "detail": {}, "message": "kgrader failed "
-                                             "internally; the traceback is on the server's "
-                                             "stderr"}]}
+                box["result"] = fault(name, e)
 
         async def progress(message: str) -> None:
             if context is None:

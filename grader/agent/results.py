@@ -22,13 +22,22 @@ def error_dict(stage: str, code: str, message: str, origin: str, line: int | Non
             "detail": detail or {}}
 
 
-def fault(tool: str, e: KgraderError, facts: ShapeFacts | None = None) -> dict[str, Any]:
-    """A result for an exception raised while evaluating. A bad argument is the caller's
+def fault(tool: str, e: BaseException, facts: ShapeFacts | None = None) -> dict[str, Any]:
+    """A result for an exception raised while evaluating: the agent tools' one map from an
+    exception to their output. A bad argument is the caller's
     fault (stage ``arguments``, code ``bad_argument``, the field; an unknown tool: stage
     ``usage``, code ``unknown_tool``; both origin ``usage``); an unusable source the
     candidate's (stage ``scan``); another usage error is the operator's set-up (the
     workspace, task, policy or best.py: stage ``usage``, origin ``infrastructure``); only
-    the machine's faults are stage ``sandbox``."""
+    the machine's faults are stage ``sandbox``. Any other exception is a kgrader bug:
+    ``internal_error``, its text withheld (it could carry what the candidate must not
+    read; the caller logs it)."""
+    if not isinstance(e, KgraderError):
+        return {"tool": tool, "ok": False, "stage": "sandbox", "warnings": [],
+                "errors": [{"stage": "sandbox", "code": "internal_error",
+                            "origin": "infrastructure", "line": None, "detail": {},
+                            "message": "kgrader failed internally; the traceback is on the "
+                                       "server's stderr"}]}
     if isinstance(e, BadArgument):
         return {"tool": tool, "ok": False, "stage": e.stage, "errors": [e.as_error()],
                 "warnings": []}

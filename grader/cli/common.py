@@ -28,6 +28,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from grader.errors import CandidateFileError, InfrastructureError, KgraderError
+from sandbox.contract.codes import BY_NAME
 
 EXIT_OK, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 EXIT_PENDING = 75  # the service's client: the submission has not finished yet (EX_TEMPFAIL)
@@ -49,8 +50,16 @@ def error_origin(err: BaseException | str) -> str:
     return "usage"
 
 
+def exit_code_of(err: KgraderError | str, code: str | None = None) -> int:
+    """The exit code of a failure without a result: its code's catalogue entry's
+    (``exit_code``: 75 for ``not_finished``), else 2."""
+    name = code or (err.code if isinstance(err, KgraderError) else "usage")
+    entry = BY_NAME.get(name)
+    return entry.exit_code if entry is not None and entry.exit_code is not None else EXIT_ERROR
+
+
 def error_document(err: KgraderError | str, *, code: str | None = None,
-                   origin: str | None = None, exit_code: int = EXIT_ERROR) -> dict[str, Any]:
+                   origin: str | None = None, exit_code: int | None = None) -> dict[str, Any]:
     """The one JSON shape of a failure that has no result of its own."""
     if isinstance(err, KgraderError):
         message, hint, code = err.message, err.hint, code or err.code
@@ -58,7 +67,7 @@ def error_document(err: KgraderError | str, *, code: str | None = None,
         message, hint, code = str(err), None, code or "usage"
     return {"ok": False, "error": {"code": code, "message": message, "hint": hint,
                                    "origin": origin or error_origin(err)},
-            "exit_code": exit_code}
+            "exit_code": exit_code_of(err, code) if exit_code is None else exit_code}
 
 
 def json_requested() -> bool:
@@ -72,9 +81,12 @@ def json_requested() -> bool:
 
 
 def emit_error(err: KgraderError | str, *, code: str | None = None, origin: str | None = None,
-               exit_code: int = EXIT_ERROR, as_json: bool | None = None) -> NoReturn:
+               exit_code: int | None = None, as_json: bool | None = None) -> NoReturn:
     """Say ``err`` in one line on stderr (and, under ``--json``, as :func:`error_document`
-    on stdout), then exit ``exit_code``."""
+    on stdout), then exit ``exit_code`` (default: :func:`exit_code_of`). The CLI's one map
+    from a failure to its output: every command's error goes through it."""
+    if exit_code is None:
+        exit_code = exit_code_of(err, code)
     kind = "infrastructure error" if isinstance(err, InfrastructureError) else "error"
     if code == "internal":
         kind = "internal error"
@@ -86,8 +98,8 @@ def emit_error(err: KgraderError | str, *, code: str | None = None, origin: str 
 
 
 def fail(err: KgraderError | str) -> NoReturn:
-    """Print one line (plus a hint, if the error has one) and exit 2 (under ``--json``
-    also the error document on stdout)."""
+    """Print one line (plus a hint, if the error has one) and exit 2, or the code's own exit
+    code (75: ``not_finished``) (under ``--json`` also the error document on stdout)."""
     emit_error(err)
 
 

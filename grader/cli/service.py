@@ -10,7 +10,6 @@ job, ``submit`` whose ``--timeout`` ran out).
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import signal
@@ -271,22 +270,6 @@ def _exit(job: dict[str, Any]) -> None:
     sys.exit(EXIT_OK if job["verdict"] in PASSED else EXIT_FAILED)
 
 
-def pending_exits(func: Any) -> Any:
-    """A submission that has not finished yet exits 75 (docs/cli.md), its line as every
-    error's; the other kgrader errors exit 2."""
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from grader.service.client import NotFinished
-
-        try:
-            return func(*args, **kwargs)
-        except NotFinished as e:
-            emit_error(e, exit_code=EXIT_PENDING)
-
-    return kgrader_errors(wrapper)
-
-
 def _say(line: str) -> None:
     click.echo(f"kgrader: {line}", err=True)
 
@@ -324,7 +307,7 @@ def _write_output(output: Path, result: dict[str, Any]) -> None:
 @click.option("--progress/--no-progress", default=True, show_default=True,
               help="While waiting, the job's steps on stderr as the server's judge runs them.")
 @json_option
-@pending_exits
+@kgrader_errors
 def submit(server: str, token: str | None, task: str, candidate: Path, mode: str, label: str,
            no_wait: bool, timeout: float, reconnect: float, output: Path | None,
            progress: bool, as_json: bool) -> None:
@@ -388,7 +371,7 @@ def status(server: str, token: str | None, job_id: str | None, as_json: bool) ->
 @server_options
 @click.argument("job_id")
 @json_option
-@pending_exits
+@kgrader_errors
 def report(server: str, token: str | None, job_id: str, as_json: bool) -> None:
     """A submission's report (exit code as ``kgrader run``'s; 75 while it is queued or
     running; 2 when cancelled or failed by the infrastructure)."""

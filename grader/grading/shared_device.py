@@ -17,7 +17,9 @@ side of an acceptance. So, when the device was shared:
 * a ``device_out_of_memory`` (already the infrastructure's) names the other job's
   processes and the memory each held, which the sandbox itself cannot see.
 
-Correctness failures, scan denials, limits and integrity findings are unaffected.
+Correctness failures, scan denials, limits and integrity findings are unaffected. Which
+codes are timing verdicts is a fact of each code's catalogue entry (``timing``:
+:data:`sandbox.contract.codes.TIMING_CODES`).
 """
 
 from __future__ import annotations
@@ -26,13 +28,6 @@ from grader.backends.base import SandboxOutcome
 from grader.report.model import Report, ReportError
 from sandbox.contract import codes
 
-# Every verdict against a side that rests on a clock or on the device being idle: the
-# stage's and the import's time limits, the device busy between paired calls, the two
-# escape checks (the timed region's and the returned outputs' copy), inconsistent clocks,
-# a time below the physical floor.
-TIMING_CODES = frozenset({"timeout", "compile_timeout", "gpu_busy_between_calls",
-                          "work_escaped_timing", "work_deferred_to_copy", "timing_inconsistent",
-                          "below_roofline_floor"})
 
 def account_for_shared_device(report: Report, outcome: SandboxOutcome) -> None:
     if not outcome.device_shared_by:
@@ -45,7 +40,7 @@ def account_for_shared_device(report: Report, outcome: SandboxOutcome) -> None:
             report.errors[i] = e.model_copy(update={
                 "message": f"{e.message} Seen by the host's NVML on this GPU: {who}."[:4000],
                 "detail": {**e.detail, "other_jobs": list(outcome.device_shared_by)}})
-        if e.origin == "candidate" and e.code.removeprefix(codes.CURRENT) in TIMING_CODES:
+        if e.origin == "candidate" and codes.is_timing(e.code):
             report.errors[i] = ReportError(
                 stage=e.stage, code="foreign_gpu_process", origin="infrastructure",
                 message=f"{why}: its kernels time-slice with the candidate's, so "

@@ -5,7 +5,8 @@ scan denial of a security rule, tampering with the harness, forged or escaping t
 writes outside its tensors, torch compute smuggled into a kernel-only launch, or abuse of
 a sandbox limit (fork bombs, disk fills, log floods). Honest failures (wrong values, a
 kernel that does not compile, a timeout, an out-of-memory on a big shape) only lose
-that task.
+that task. Which codes disqualify is a fact of each code's catalogue entry
+(``disqualifying``: :data:`sandbox.contract.codes.VIOLATION_CODES`).
 
 Fail closed: every scan denial counts as an integrity violation except the rules listed
 in :data:`HONEST_SCAN_RULES`, which catch code that is merely wrong or of the wrong kind.
@@ -14,6 +15,7 @@ in :data:`HONEST_SCAN_RULES`, which catch code that is merely wrong or of the wr
 from __future__ import annotations
 
 from grader.report.model import Report
+from sandbox.contract.codes import VIOLATION_CODES
 
 # An allow-list miss on the kernel libraries themselves (``torch.add`` in a triton-only
 # task) is a library fallback, not an attack; a miss anywhere else is not excused.
@@ -23,14 +25,6 @@ HONEST_SCAN_RULES = frozenset({
     "functional-op", "matmul-operator", "tensor-compute-method", "torch-compile", "cuda-graph",
     "library-fallback",
 })
-VIOLATION_CODES = frozenset({
-    "out_of_bounds_write", "out_of_bounds_access", "work_escaped_timing", "timing_inconsistent",
-    "side_stream", "background_thread", "input_mutated", "precision_flags_changed",
-    "torch_compute_in_launch", "op_audit_tampered", "out_tampered", "runner_spawned_process",
-    "pids_limit", "disk_limit", "output_limit", "below_roofline_floor",
-    "protocol_violation",  # a runner's answer forged or malformed: the harness never sends one
-})
-
 
 def violation(report: Report) -> tuple[str, str] | None:
     """``(code, message)`` of the first integrity violation in ``report``, or None."""

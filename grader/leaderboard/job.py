@@ -33,6 +33,7 @@ from grader.report.model import Report
 from grader.scan import check_source
 from grader.scan.policy import Policy
 from grader.task import TaskSpec
+from sandbox.contract import codes
 
 if TYPE_CHECKING:
     from grader.backends.gate import MeasureGate
@@ -113,7 +114,7 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local",
                                None, time.monotonic() - t0, engine))
     except Exception as e:  # a kgrader bug must not end the batch
         return JobOutcome(None, f"internal error: {type(e).__name__}: {e}")
-    infra = [e for e in report.errors if e.origin == "infrastructure"]
+    infra = [e for e in report.errors if codes.retried(e.code, e.origin)]
     tied = ((job.round == "rerun" and job.tie_final) or tie_ok) and tied_within_noise(report)
     if infra and not tied:
         return JobOutcome(None, f"{infra[0].code}: {infra[0].message}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.astparse import parse_module
-from grader.errors import CandidateFileError, UsageError
+from grader.errors import CandidateFileError, CandidateTooLargeError, UsageError
 from grader.report.model import Finding, ScanSummary
 from grader.scan.matchers import compile_policy
 from grader.scan.policy import (
@@ -129,7 +129,7 @@ def read_candidate(path: str | Path, max_bytes: int = MAX_BYTES, what: str = "ca
     except OSError as e:
         raise _file_error(what, f"cannot read {what} {p}: {e.strerror or e}") from e
     if len(data) > max_bytes:
-        raise _file_error(what, f"{what} is larger than {max_bytes} bytes: {p}")
+        raise _file_error(what, f"{what} is larger than {max_bytes} bytes: {p}", large=True)
     if b"\x00" in data:
         raise _file_error(what, f"{what} is binary (contains NUL bytes): {p}")
     try:
@@ -139,21 +139,27 @@ def read_candidate(path: str | Path, max_bytes: int = MAX_BYTES, what: str = "ca
     return check_source(text, str(p), max_bytes, what)
 
 
-def _file_error(what: str, message: str) -> UsageError:
+def _file_error(what: str, message: str, large: bool = False) -> UsageError:
     if what != "current":
-        return CandidateFileError(message)
+        return CandidateTooLargeError(message) if large else CandidateFileError(message)
     return UsageError(message, code="bad_current_file")
 
 
 def check_source(text: str, name: str = "<source>", max_bytes: int = MAX_BYTES,
                  what: str = "candidate") -> str:
-    """The checks a candidate's text must pass however it arrived (file, tool, leaderboard)."""
+    """The checks a candidate's text must pass however it arrived (file, tool, leaderboard,
+    the service's API)."""
     if not isinstance(text, str):
         raise _file_error(what, f"source must be a string, got {type(text).__name__}: {name}")
     if len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise _file_error(what, f"{what} is larger than {max_bytes} bytes: {name}")
+        raise _file_error(what, f"{what} is larger than {max_bytes} bytes: {name}", large=True)
     if not text.strip():
         raise _file_error(what, f"{what} is empty: {name}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: no UTF-8 file holds it
+        raise _file_error(what, f"{what} is not UTF-8 (a lone surrogate at character "
+                                f"{e.start}): {name}") from None
     if "\x00" in text:
         raise _file_error(what, f"{what} is binary (contains NUL bytes): {name}")
     return text

@@ -42,12 +42,14 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 
 from grader.backends.stop import request_stop
+from grader.errors import CandidateFileError
 from grader.grading.redact import facts_for, redact
 from grader.report.model import Report
+from grader.scan import check_source
 from grader.service import pages
 from grader.service.auth import RateLimiter, authenticate, require
 from grader.service.board import Board
-from grader.service.errors import ApiError
+from grader.service.errors import ApiError, api_error, http_error
 from grader.service.store import FINAL, JobRow, Store, TokenRow
 from grader.service.worker import MODES, ServiceTask, Workers
 
@@ -85,7 +87,7 @@ class Service:
                                       request.headers.get("authorization"))
         wait = self.limiter.take("read:" + row.id, self.read_per_min)
         if wait:
-            raise ApiError(429, "rate_limited", f"too many requests; retry in {wait:.1f} s", wait)
+            raise ApiError("rate_limited", f"too many requests; retry in {wait:.1f} s", wait)
         return row
 
     async def owned_job(self, request: Request) -> tuple[TokenRow, JobRow]:
@@ -93,7 +95,7 @@ class Service:
         job_id = request.path_params["job_id"]
         job = await run_in_threadpool(self.store.job, job_id) if _ID.fullmatch(job_id) else None
         if job is None or (job.token_id != row.id and row.role != "operator"):
-            raise ApiError(404, "not_found", f"no submission {job_id[:40]!r} for this token")
+            raise ApiError("not_found", f"no submission {job_id[:40]!r} for this token")
         return row, job
 
     def report_for(self, job: JobRow, operator: bool) -> dict[str, Any] | None:
@@ -112,52 +114,44 @@ class Service:
 async def _body(request: Request, cap: int) -> dict[str, Any]:
     length = request.headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > cap):
-        raise ApiError(413, "too_large", f"the request is larger than {cap} bytes")
+        raise ApiError("too_large", f"the request is larger than {cap} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > cap:
-            raise ApiError(413, "too_large", f"the request is larger than {cap} bytes")
+            raise ApiError("too_large", f"the request is larger than {cap} bytes")
         chunks.append(chunk)
     try:
         body = json.loads(b"".join(chunks))
     except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "bad_request", "the body is not JSON") from None
+        raise ApiError("bad_request", "the body is not JSON") from None
     if not isinstance(body, dict):
-        raise ApiError(400, "bad_request", "the body must be a JSON object")
+        raise ApiError("bad_request", "the body must be a JSON object")
     return body
 
 
 def _submission(body: dict[str, Any], svc: Service) -> tuple[str, str, str, str]:
     extra = set(body) - _FIELDS
     if extra:
-        raise ApiError(400, "bad_request", f"unknown fields: {', '.join(sorted(extra))[:200]}")
+        raise ApiError("bad_request", f"unknown fields: {', '.join(sorted(extra))[:200]}")
     task, mode, source = body.get("task"), body.get("mode", "run"), body.get("source")
     label = body.get("label", "")
     for name, v in (("task", task), ("mode", mode), ("source", source), ("label", label)):
         if not isinstance(v, str):
-            raise ApiError(400, "bad_request", f"'{name}' must be a string")
+            raise ApiError("bad_request", f"'{name}' must be a string")
     assert isinstance(task, str) and isinstance(mode, str) and isinstance(source, str)
     assert isinstance(label, str)
     if mode not in MODES:
-        raise ApiError(400, "bad_request", f"'mode' must be one of {', '.join(MODES)}")
+        raise ApiError("bad_request", f"'mode' must be one of {', '.join(MODES)}")
     if not _LABEL.fullmatch(label):
-        raise ApiError(400, "bad_request", "'label' is at most 64 letters, digits, '_', '.', '-'")
+        raise ApiError("bad_request", "'label' is at most 64 letters, digits, '_', '.', '-'")
     if task not in svc.tasks:
-        raise ApiError(404, "unknown_task", f"this server grades no task {task[:80]!r} "
+        raise ApiError("unknown_task", f"this server grades no task {task[:80]!r} "
                        "(GET /v1/tasks lists them)")
-    size = len(source.encode("utf-8", "surrogatepass"))
-    if size > svc.max_source_bytes:
-        raise ApiError(413, "too_large", f"the source is {size} bytes; the cap is "
-                       f"{svc.max_source_bytes}")
-    if not source.strip():
-        raise ApiError(422, "bad_candidate", "the source is empty")
-    try:
-        source.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ApiError(422, "bad_candidate", "the source is not valid Unicode text") from None
-    if "\0" in source:
-        raise ApiError(422, "bad_candidate", "the source holds a NUL byte")
+    try:  # the checks every candidate's text passes (the CLI's, the agent tools')
+        check_source(source, "the submitted source", svc.max_source_bytes)
+    except CandidateFileError as e:
+        raise api_error(e) from None
     return task, mode, source, label
 
 
@@ -167,7 +161,7 @@ async def submit(request: Request) -> Response:
     task, mode, source, label = _submission(await _body(request, svc.max_request_bytes), svc)
     wait = svc.limiter.take("submit:" + row.id, row.submit_per_min)
     if wait:
-        raise ApiError(429, "rate_limited", f"submission rate over {row.submit_per_min:g}/min; "
+        raise ApiError("rate_limited", f"submission rate over {row.submit_per_min:g}/min; "
                        f"retry in {wait:.1f} s", wait)
     key = secrets.token_urlsafe(24)
     job = await run_in_threadpool(
@@ -179,7 +173,7 @@ async def submit(request: Request) -> Response:
     if isinstance(job, str):
         what = {"max_active": f"{row.max_active} jobs queued or running",
                 "max_per_day": f"{row.max_per_day} submissions in 24 h"}[job]
-        raise ApiError(429, "quota_exceeded", f"this token's quota is {what}",
+        raise ApiError("quota_exceeded", f"this token's quota is {what}",
                        30.0 if job == "max_active" else 3600.0)
     svc.workers.wake()
     log.info("service_submitted", job=job.id, token=row.name, task=task, mode=mode)
@@ -220,7 +214,7 @@ async def cancel(request: Request) -> Response:
     who = "an operator" if row.role == "operator" and row.id != job.token_id else "its submitter"
     was, now = await run_in_threadpool(svc.store.cancel, job.id, f"cancelled by {who}")
     if not now:
-        raise ApiError(409, "already_finished", f"submission {job.id} is {was}: only a queued "
+        raise ApiError("already_finished", f"submission {job.id} is {was}: only a queued "
                        "or running one can be cancelled")
     # A running job's sandbox is killed now, not left to run to its end (local workers;
     # Ray workers' evaluations end within their limits and are not recorded).
@@ -235,7 +229,7 @@ async def get_report(request: Request) -> Response:
     svc: Service = request.app.state.svc
     row, job = await svc.owned_job(request)
     if job.state not in FINAL:
-        raise ApiError(409, "not_finished", f"submission {job.id} is {job.state}")
+        raise ApiError("not_finished", f"submission {job.id} is {job.state}")
     report = await run_in_threadpool(svc.report_for, job, row.role == "operator")
     return JSONResponse({"submission": job.public(), "report": report})
 
@@ -297,7 +291,7 @@ async def view(request: Request) -> Response:
     job = await run_in_threadpool(svc.store.job, job_id) if _ID.fullmatch(job_id) else None
     given = hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
     if job is None or not hmac.compare_digest(given, job.view_sha):
-        raise ApiError(404, "not_found", "no such report")
+        raise ApiError("not_found", "no such report")
     report = await run_in_threadpool(svc.report_for, job, False) \
         if job.state in FINAL else None
     # While it runs: the judge's steps of its current attempt so far (the job's step events).
@@ -313,11 +307,11 @@ async def board(request: Request) -> Response:
     svc: Service = request.app.state.svc
     name = request.path_params.get("name", "index.html")
     if name.startswith("eval/"):
-        raise ApiError(403, "forbidden", "a submission's report is its submitter's: "
+        raise ApiError("forbidden", "a submission's report is its submitter's: "
                        "GET /v1/submissions/{id}/report with its token, or its view link")
     data = await run_in_threadpool(svc.board.read, name)
     if data is None:
-        raise ApiError(404, "not_found", "no such board page")
+        raise ApiError("not_found", "no such board page")
     if name == "index.html":
         return Response(data, media_type="text/html",
                         headers=pages.HEADERS | {"Refresh": str(svc.board_refresh_s),
@@ -328,21 +322,19 @@ async def board(request: Request) -> Response:
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
-    headers = {"Retry-After": str(max(1, round(exc.retry_after)))} if exc.retry_after else None
-    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+    status, body, headers = http_error(exc)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
-    return JSONResponse({"code": code, "message": str(exc.detail)}, status_code=exc.status_code)
+    return await _api_error(request, ApiError(code, str(exc.detail), status=exc.status_code))
 
 
 async def _internal(request: Request, exc: Exception) -> Response:
     log.error("service_internal_error", path=request.url.path, error=type(exc).__name__)
-    return JSONResponse({"code": "internal", "message": "internal error (logged on the server)"},
-                        status_code=500)
+    return await _api_error(request, exc)
 
 
 def make_app(svc: Service) -> Starlette:

@@ -65,7 +65,7 @@ def add_token(store: Store, name: str, role: str, limits: Limits = Limits()) -> 
 def authenticate(store: Store, header: str | None) -> TokenRow:
     """The token row behind an ``Authorization: Bearer`` header, or a 401."""
     if not header:
-        raise ApiError(401, "unauthenticated", "an API token is required "
+        raise ApiError("unauthenticated", "an API token is required "
                        "(Authorization: Bearer kgt_...)")
     scheme, _, token = header.partition(" ")
     token = token.strip()
@@ -74,13 +74,13 @@ def authenticate(store: Store, header: str | None) -> TokenRow:
     # Compare even when the id is unknown, so timing does not tell ids apart either.
     expected = row.sha256 if row is not None else "0" * 64
     if not hmac.compare_digest(hash_token(token), expected) or row is None or row.revoked:
-        raise ApiError(401, "bad_token", "the API token is unknown, revoked or malformed")
+        raise ApiError("bad_token", "the API token is unknown, revoked or malformed")
     return row
 
 
 def require(row: TokenRow, role: str) -> None:
     if role == "operator" and row.role != "operator":
-        raise ApiError(403, "forbidden", "this needs an operator token")
+        raise ApiError("forbidden", "this needs an operator token")
 
 
 class RateLimiter:

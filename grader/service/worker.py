@@ -49,6 +49,7 @@ from grader.report.model import Report
 from grader.scan import check_source
 from grader.service.store import BestChanged, Claimed, Store
 from grader.task import TaskSpec, load_task
+from sandbox.contract import codes
 
 log = structlog.get_logger("kgrader.service")
 MODES = ("run", "test", "bench", "accept", "leaderboard")  # what a client may submit
@@ -258,9 +259,9 @@ class Workers:
             # tie only on its last attempt (under load every first try could be a tie).
             tied = job.mode == RERUN and tied_within_noise(report) \
                 and c.attempt >= self.max_attempts
-            if report.infrastructure_failed() and not tied:
-                e = next(e for e in report.errors if e.origin == "infrastructure")
-                problem = f"{e.code}: {e.message}"
+            spoiled = [e for e in report.errors if codes.retried(e.code, e.origin)]
+            if spoiled and not tied:
+                problem = f"{spoiled[0].code}: {spoiled[0].message}"
         except InfrastructureError as e:
             problem = f"{e.code}: {e}"
         except KgraderError as e:  # the candidate's or the job's own fault: a result

@@ -9,6 +9,11 @@ report's JSON Schema enumerates :func:`report_codes`, ``docs/errors.md`` is :fun
 (``python3 scripts/errors_doc.py``), and ``tests/unit/test_error_catalogue.py`` walks
 ``grader/`` and ``sandbox/`` for every code created anywhere, and for entries nobody creates.
 
+Every fact about a code is on its entry (:class:`sandbox.contract.code_entry.Code`: timing
+verdict, disqualifying, retried, whose fault, HTTP status, exit code); the consumers read
+the derived sets below (:data:`TIMING_CODES`, :data:`VIOLATION_CODES`,
+:data:`RETRIED_CODES`) or :func:`retried`, never a list of their own.
+
 Codes of the ``scan`` stage are not listed: they are rule ids (kebab-case, never one of
 these), the policy's (``policies/*.toml``) or the scanner's own (``syntax-error``,
 ``too-complex``, ``module-not-allowed`` and the other allow-list denials).
@@ -16,51 +21,22 @@ these), the policy's (``policies/*.toml``) or the scanner's own (``syntax-error`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
-Stage = Literal["sandbox", "compile", "correctness", "benchmark", "accept", "integrity",
-                "scan", "usage", "arguments"]
-# usage: the caller's own input (a CLI error document's origin); never in a report.
-Blame = Literal["candidate", "infrastructure", "usage"]
-Where = Literal["report", "host", "api"]
-
-CURRENT = "current_"  # the same failure caused by the current best, not the candidate
-RULE_ID = r"^[a-z][a-z0-9\-]*$"  # a scan-stage code: a rule id (grader.scan.policy.RULE_ID)
+from sandbox.contract.code_entry import CURRENT as CURRENT
+from sandbox.contract.code_entry import RULE_ID as RULE_ID
+from sandbox.contract.code_entry import Blame as Blame
+from sandbox.contract.code_entry import Code as Code
+from sandbox.contract.code_entry import Stage as Stage
+from sandbox.contract.code_entry import UnknownCode as UnknownCode
+from sandbox.contract.code_entry import Where as Where
+from sandbox.contract.code_entry import api_code as _api
+from sandbox.contract.code_entry import host_code as _host
+from sandbox.contract.code_entry import page
 
 _RUN: tuple[Stage, ...] = ("compile", "correctness", "benchmark", "accept")
 _CALLS: tuple[Stage, ...] = ("correctness", "benchmark", "accept")
 _C: tuple[Blame, ...] = ("candidate",)
 _I: tuple[Blame, ...] = ("infrastructure",)
 _U: tuple[Blame, ...] = ("usage",)
-
-
-@dataclass(frozen=True)
-class Code:
-    """One code. ``where``: ``report`` (an error in a report, from the judge or the host's
-    reading of its record), ``host`` (a failure before or beside grading: the CLI's
-    ``error:`` line and JSON error document, an agent tool's result) or ``api`` (a refusal
-    of the grading service's HTTP API, ``grader.service``), one or more. ``runner``: a runner's
-    own reply may name it (any other code it names becomes ``exception``). ``current``: also
-    reported as ``current_<name>`` when the current best, not the candidate, caused it."""
-
-    name: str
-    stages: tuple[Stage, ...]
-    origins: tuple[Blame, ...]
-    meaning: str
-    action: str
-    where: tuple[Where, ...] = ("report",)
-    runner: bool = False
-    current: bool = True
-
-
-def _host(name: str, origins: tuple[Blame, ...], meaning: str, action: str,
-          where: tuple[Where, ...] = ("host",)) -> Code:
-    return Code(name, (), origins, meaning, action, where=where, current=False)
-
-
-def _api(name: str, meaning: str, action: str) -> Code:
-    return _host(name, _U, meaning, action, ("api",))
 
 
 CATALOGUE: tuple[Code, ...] = (
@@ -75,22 +51,22 @@ CATALOGUE: tuple[Code, ...] = (
          "Define the function the task names (kgrader describes the task).", runner=True),
     Code("compile_timeout", ("compile", "accept"), _C,
          "Importing, JIT-compiling or autotuning ran past the compile time limit.",
-         "Use fewer autotune configurations or a smaller unrolled body."),
+         "Use fewer autotune configurations or a smaller unrolled body.", timing=True),
     # ---- the candidate's calls -----------------------------------------------------------
     Code("exception", _RUN, _C, "A call into the candidate raised an exception.",
          "Read the message and line; reproduce with the reported shape.", runner=True),
     Code("timeout", _RUN, _C, "The candidate's calls ran past the stage's time limit.",
-         "Look for a hang, a huge grid or an O(n^2) loop."),
+         "Look for a hang, a huge grid or an O(n^2) loop.", timing=True),
     Code("memory_limit", _RUN, _C, "The sandbox's memory limit was reached.",
          "Avoid large temporaries and host copies.", runner=True),
     Code("gpu_memory_limit", _RUN, _C, "The GPU memory limit was reached.",
          "Avoid large device temporaries.", runner=True),
     Code("pids_limit", _RUN, _C, "The process/thread limit was reached.",
-         "A kernel must not start processes or threads.", runner=True),
+         "A kernel must not start processes or threads.", runner=True, disqualifying=True),
     Code("disk_limit", _RUN, _C, "The scratch disk or file-size limit was reached.",
-         "Do not write files beyond small caches.", runner=True),
+         "Do not write files beyond small caches.", runner=True, disqualifying=True),
     Code("output_limit", _RUN, _C, "The sandbox's output (stdout/stderr) cap was reached.",
-         "Do not print from the kernel or its wrapper."),
+         "Do not print from the kernel or its wrapper.", disqualifying=True),
     Code("signal", _RUN, _C, "The candidate's runner was killed by a signal (a crash).",
          "Look for an invalid memory access or an abort in native code."),
     Code("runner_killed", _RUN, _I,
@@ -105,7 +81,7 @@ CATALOGUE: tuple[Code, ...] = (
          "Nothing the candidate can do: report it if it persists.", runner=True),
     Code("protocol_violation", _RUN, _C,
          "The runner's answer was malformed or forged (the harness never sends one).",
-         "Do not write to the harness's pipes or patch its reply."),
+         "Do not write to the harness's pipes or patch its reply.", disqualifying=True),
     Code("kernel_argument_unsupported", _RUN, _C,
          "A kernel argument, grid or hook the harness cannot hand to a kernel (kernel-only tasks).",
          "Pass tensors, numbers, dtypes, constexprs, tuples or namedtuples of those, or Triton's "
@@ -122,7 +98,7 @@ CATALOGUE: tuple[Code, ...] = (
          "Return exactly the outputs the task names, of their declared shapes and dtypes.",
          runner=True),
     Code("op_audit_tampered", _RUN, _C, "The candidate interfered with the harness's op audit.",
-         "Do not touch torch's dispatcher, modes or the harness.", runner=True),
+         "Do not touch torch's dispatcher, modes or the harness.", runner=True, disqualifying=True),
     # ---- correctness ---------------------------------------------------------------------
     Code("wrong_values", _CALLS, _C, "An output differs from the reference beyond the tolerance.",
          "Compare with the reference at the reported index and shape."),
@@ -131,41 +107,43 @@ CATALOGUE: tuple[Code, ...] = (
     Code("check_failed", _CALLS, _C, "The problem's own checker rejected the outputs.",
          "Read the checker's message; it decides values and dtypes for this task."),
     Code("input_mutated", _CALLS, _C, "The candidate changed an input it may only read.",
-         "Do not write to inputs."),
+         "Do not write to inputs.", disqualifying=True),
     Code("out_of_bounds_write", _CALLS, _C, "The candidate wrote outside its outputs (guard bands).",
-         "Mask loads and stores at the edges of every shape."),
+         "Mask loads and stores at the edges of every shape.", disqualifying=True),
     Code("out_of_bounds_access", ("correctness",), _C,
          "The memory checker found an invalid or misaligned access.",
-         "Mask the reported kernel's accesses; the finding names the address."),
+         "Mask the reported kernel's accesses; the finding names the address.", disqualifying=True),
     Code("shared_memory_race", ("correctness",), _C, "The memory checker found a shared-memory race.",
          "Synchronise the reported kernel's shared-memory accesses."),
     Code("side_stream", _CALLS, _C, "The candidate launched work on another CUDA stream.",
-         "Launch on the current stream only."),
+         "Launch on the current stream only.", disqualifying=True),
     Code("torch_compute_in_launch", _CALLS, _C,
          "torch computed inside a launch of a kernel-only task.",
-         "Compute in your own kernels; torch may only allocate and view."),
+         "Compute in your own kernels; torch may only allocate and view.", disqualifying=True),
     Code("precision_flags_changed", _CALLS, _C, "The candidate changed TF32 or precision flags.",
-         "Leave torch's precision settings as they are."),
+         "Leave torch's precision settings as they are.", disqualifying=True),
     # ---- timing --------------------------------------------------------------------------
     Code("timing_inconsistent", _CALLS, _C,
          "The runner's timing claims contradict the judge's own clock.",
-         "Do not touch timers, events or synchronisation."),
+         "Do not touch timers, events or synchronisation.", timing=True, disqualifying=True),
     Code("work_escaped_timing", ("benchmark", "accept"), _C,
          "Work ran outside the timed region (side stream, thread, deferred work).",
-         "Finish all work inside the call, on the current stream."),
+         "Finish all work inside the call, on the current stream.",
+         timing=True, disqualifying=True),
     Code("work_deferred_to_copy", _CALLS, _C,
          "Work was deferred past the timed call into the copy of the returned outputs.",
-         "Return plain, finished tensors."),
+         "Return plain, finished tensors.", timing=True),
     Code("timing_unreliable", _CALLS, _I,
          "The host was too loaded to bound the timing; no verdict on the candidate.",
          "Run again on a quieter machine."),
     Code("below_roofline_floor", ("benchmark",), _C,
          "The measured time beats the task's physical floor: it cannot be real.",
-         "Make sure the kernel computes every output on every call."),
+         "Make sure the kernel computes every output on every call.",
+         timing=True, disqualifying=True),
     Code("background_thread", _RUN, _C, "The candidate's runner has threads of its own.",
-         "Do not start threads, at import or in a call."),
+         "Do not start threads, at import or in a call.", disqualifying=True),
     Code("runner_spawned_process", _RUN, _C, "A process runs under the runner's uid beside it.",
-         "Do not start processes."),
+         "Do not start processes.", disqualifying=True),
     Code("work_between_calls", _RUN, _C,
          "The runner used CPU between its reply and the next request, or while the judge wrote "
          "the inputs: candidate code (a signal handler, a timer, a finaliser) ran between calls.",
@@ -176,7 +154,7 @@ CATALOGUE: tuple[Code, ...] = (
          "Install no signal handlers; do all work inside the call.", runner=True),
     Code("gpu_busy_between_calls", ("accept",), _C,
          "The device stayed busy after a side's call returned (work left running).",
-         "Finish all work inside the call."),
+         "Finish all work inside the call.", timing=True),
     # ---- the harness, the task or the machine ----------------------------------------------
     Code("foreign_gpu_process", _RUN, _I,
          "Another job computed on the sandbox's GPU during the run (seen by the host's NVML, or "
@@ -209,7 +187,7 @@ CATALOGUE: tuple[Code, ...] = (
     Code("bad_request", ("sandbox",), _I,
          "The judge was given a request it cannot use (the API: an HTTP request it cannot use).",
          "In a report a host/judge bug: report it; from the API: fix the request.",
-         where=("report", "api"), current=False),
+         where=("report", "api"), current=False, http=400),
     Code("judge_error", ("sandbox",), _I, "The judge itself failed (a kgrader bug).",
          "Report it with the sandbox's stderr.", current=False),
     Code("judge_setup_failed", ("sandbox",), _I, "The judge could not prepare the evaluation.",
@@ -225,7 +203,7 @@ CATALOGUE: tuple[Code, ...] = (
          "Rebuild the image or reinstall kgrader so both sides match.", current=False),
     # ---- integrity: the host's reading of the record --------------------------------------
     Code("out_tampered", ("integrity",), _C, "Files were planted in the judge's output folder.",
-         "Do not write outside the scratch space.", current=False),
+         "Do not write outside the scratch space.", current=False, disqualifying=True),
     Code("judge_died", ("integrity",), _C,
          "The judge ended without a verified result: a runner killed it or its sandbox.",
          "Do not signal, starve or kill other processes.", current=False),
@@ -308,7 +286,7 @@ CATALOGUE: tuple[Code, ...] = (
           "timed out or a 5xx), for longer than a waiting client retries.",
           "Check --server; a submitted job is kept by the server: `kgrader status ID`."),
     _host("interrupted", _U, "The command was stopped by SIGINT or SIGTERM.",
-          "Run it again."),
+          "Run it again.", retried=True),
     _host("infrastructure", _I, "kgrader or the machine failed.", "Read the message; retry."),
     _host("sandbox_unavailable", _I, "The selected backend cannot start a sandbox here.",
           "Install bubblewrap or start dockerd (scripts/setup.sh)."),
@@ -325,41 +303,43 @@ CATALOGUE: tuple[Code, ...] = (
           "workers') went away.",
           "Restart the cluster; resume the run (the service reconnects by itself)."),
     _host("internal", _I, "A kgrader bug (the CLI, or the API's HTTP 500).",
-          "Set KGRADER_DEBUG=1 (the server logs it) and report it.", ("host", "api")),
+          "Set KGRADER_DEBUG=1 (the server logs it) and report it.", ("host", "api"), http=500),
     _host("internal_error", _I, "A kgrader bug (the MCP server).",
           "The traceback is on the server's stderr: report it."),
     # ---- the grading service's HTTP API (grader.service): the caller's request ---------------
-    _api("unauthenticated", "The request carries no API token (HTTP 401).", "Send your token."),
-    _api("bad_token", "The API token is unknown, revoked or malformed (HTTP 401).",
+    _api("unauthenticated", 401, "The request carries no API token (HTTP 401).",
+         "Send your token."),
+    _api("bad_token", 401, "The API token is unknown, revoked or malformed (HTTP 401).",
          "Ask the operator for a valid token."),
-    _api("forbidden", "The token may not do this (HTTP 403).",
+    _api("forbidden", 403, "The token may not do this (HTTP 403).",
          "Use an operator token, or only your own submissions."),
-    _api("rate_limited", "Too many requests or submissions per minute (HTTP 429).",
+    _api("rate_limited", 429, "Too many requests or submissions per minute (HTTP 429).",
          "Wait for the Retry-After seconds."),
-    _api("quota_exceeded", "The token's quota is used up (HTTP 429).", "Ask the operator."),
-    _api("not_found", "No such submission, report or page (HTTP 404).", "Check the id or path."),
-    _api("method_not_allowed", "The path does not take this HTTP method (HTTP 405).",
+    _api("quota_exceeded", 429, "The token's quota is used up (HTTP 429).", "Ask the operator."),
+    _api("not_found", 404, "No such submission, report or page (HTTP 404).",
+         "Check the id or path."),
+    _api("method_not_allowed", 405, "The path does not take this HTTP method (HTTP 405).",
          "Use the method the API documents."),
-    _api("too_large", "The request or the source exceeds its size cap (HTTP 413).",
+    _api("too_large", 413, "The request or the source exceeds its size cap (HTTP 413).",
          "Send a smaller source."),
-    _api("unknown_task", "The server grades no such task (HTTP 404).",
+    _api("unknown_task", 404, "The server grades no such task (HTTP 404).",
          "Pick one of the server's tasks."),
-    _api("bad_candidate", "The source is empty, not Unicode text or holds a NUL (HTTP 422).",
+    _api("bad_candidate", 422, "The source is empty, not Unicode text or holds a NUL (HTTP 422).",
          "Send the kernel's UTF-8 source."),
     _host("not_finished", ("usage", "infrastructure"), "The submission has no result yet: the API's HTTP 409, the "
           "client's exit 75 (`kgrader report` on a queued or running job, `kgrader submit` "
           "whose --timeout ran out).", "Ask again later: `kgrader status ID` follows it.",
-          ("host", "api")),
-    _api("already_finished", "The submission finished (or was cancelled) before it could be "
+          ("host", "api"), http=409, exit_code=75),
+    _api("already_finished", 409, "The submission finished (or was cancelled) before it could be "
          "cancelled (HTTP 409).", "Nothing to do: read its report."),
 )
 
 BY_NAME: dict[str, Code] = {c.name: c for c in CATALOGUE}
 RUNNER_CODES: frozenset[str] = frozenset(c.name for c in CATALOGUE if c.runner)
-
-
-class UnknownCode(ValueError):
-    """A code the catalogue does not define, or an origin it does not allow for it."""
+# The facts as sets (derived: a new code's facts are set on its entry, never here).
+TIMING_CODES: frozenset[str] = frozenset(c.name for c in CATALOGUE if c.timing)
+VIOLATION_CODES: frozenset[str] = frozenset(c.name for c in CATALOGUE if c.disqualifying)
+RETRIED_CODES: frozenset[str] = frozenset(c.name for c in CATALOGUE if c.retried)
 
 
 def lookup(code: str) -> Code:
@@ -394,6 +374,21 @@ def origin_of(code: str, origin: Blame | None = None) -> Blame:
     return origin
 
 
+def is_timing(code: str) -> bool:
+    """Whether ``code`` (``current_<name>`` too) is a timing verdict (:attr:`Code.timing`)."""
+    return code.removeprefix(CURRENT) in TIMING_CODES
+
+
+def retried(code: str, origin: str) -> bool:
+    """Whether a failure with ``code`` and ``origin`` spoils the evaluation rather than
+    decide it: the leaderboard and the service re-run it (:attr:`Code.retried`; only the
+    infrastructure's, never a candidate's)."""
+    if origin != "infrastructure":
+        return False
+    entry = BY_NAME.get(code.removeprefix(CURRENT))
+    return entry is None or bool(entry.retried)  # an uncatalogued one: as any infra fault
+
+
 def runner_code(raw: object) -> str:
     """What a runner's own reply may call its failure: a code of its vocabulary, else
     ``exception`` (a runner shares a process with the candidate: its word names no verdict)."""
@@ -409,30 +404,4 @@ def report_codes() -> tuple[str, ...]:
 
 def markdown() -> str:
     """``docs/errors.md``: the catalogue as a page (``python3 scripts/errors_doc.py``)."""
-    out = ["# Error codes", "",
-           "<!-- generated from sandbox/contract/codes.py by scripts/errors_doc.py: do not edit -->",
-           "", "Every error in a report has a `stage`, a `code` and an `origin` (`candidate`: the "
-           "submission's fault, counted against it; `infrastructure`: kgrader's, the machine's or "
-           "the task's, never graded). This page lists every code kgrader can return; the "
-           "report's JSON Schema (`kgrader schema`) enumerates the same set.", "",
-           f"A code marked *current* is also reported as `{CURRENT}<code>` when the current best, "
-           "not the candidate, caused it (acceptance runs both). Codes of the `scan` stage are "
-           "rule ids: the policy's (`policies/*.toml`) or the scanner's own (`syntax-error`, "
-           "`too-complex`, `module-not-allowed` and the other allow-list denials).", ""]
-    for where, title, blurb in (
-            ("report", "In a report", "The `errors` of a report (`kgrader run --json`)."),
-            ("host", "Before or beside grading",
-             "Nothing was graded (CLI exit code 2): the CLI's `error:` line and JSON error "
-             "document, an agent tool's result. Origin `usage` is the caller's own input; the "
-             "agent tools report it as stage `usage`, origin `infrastructure`."),
-            ("api", "The grading service's HTTP API",
-             "A refused request: an HTTP 4xx/5xx status with `{\"code\", \"message\"}` "
-             "(`kgrader serve`).")):
-        out += [f"## {title}", "", blurb, "",
-                "| code | stage | origin | meaning | what to do |", "|---|---|---|---|---|"]
-        for c in sorted((c for c in CATALOGUE if where in c.where), key=lambda c: c.name):
-            stages = ", ".join(c.stages) or "—"
-            name = f"`{c.name}`" + (" (*current*)" if c.current else "")
-            out.append(f"| {name} | {stages} | {', '.join(c.origins)} | {c.meaning} | {c.action} |")
-        out.append("")
-    return "\n".join(out)
+    return page(CATALOGUE)

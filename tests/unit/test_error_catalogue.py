@@ -36,7 +36,7 @@ TAKERS: dict[str, tuple[int | None, tuple[str, ...]]] = {
     "_infra": (0, ("code",)), "_error": (0, ("code",)), "_err": (0, ("code",)),
     "error_dict": (1, ("code",)), "receive": (1, ("timeout_code",)),
     "request": (2, ("timeout_code",)), "emit_error": (None, ("code",)),
-    "error_document": (None, ("code",)), "ApiError": (1, ("code",)),
+    "error_document": (None, ("code",)), "ApiError": (0, ("code",)),
 }
 # Helpers whose result is a catalogued code by construction (checked at run time).
 CHECKED_CALLS = {"runner_code"}
