@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from grader.cli.tasks import register
 from grader.errors import TaskError
-from grader.tasks import gpumode, kernelbench
+from grader.formats.gpumode import importer as gpumode
+from grader.formats.kernelbench import importer as kernelbench
 from grader.tasks.common import ProblemPathError, confined_task_folder, task_name, write_task
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "field"
