@@ -24,6 +24,7 @@ from grader.limits import Limits
 from grader.scan.policy import load_policy
 from grader.shapespec import GenerateSpec
 from sandbox.contract import wire
+from sandbox.contract.conventions import NATIVE, convention
 
 DType = Literal["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool"]
 DTYPE_BYTES: dict[str, int] = {
@@ -237,7 +238,7 @@ class TaskSpec(_Frozen):
         default_factory=list, max_length=16,
         description="Op family, e.g. ['reduction', 'softmax']; empty: the task name stands in.")
     entrypoint: Identifier = "launch"
-    contract: wire.Contract = Field("dps", description="How candidates are called: dps "
+    contract: wire.Contract = Field(NATIVE, description="How candidates are called: dps "
                                     "(launch into given outputs), module (KernelBench ModelNew) "
                                     "or gpumode (custom_kernel); the last two return outputs.")
     problem: ProblemSpec | None = None
@@ -292,9 +293,10 @@ class TaskSpec(_Frozen):
         return self
 
     def _contract_fits(self) -> None:
-        if self.contract == "dps":
+        conv = convention(self.contract)  # a value outside wire.Contract never gets here
+        if not conv.takes_problem:
             if self.problem is not None:
-                raise ValueError("a dps task takes no problem section")
+                raise ValueError(f"a {self.contract} task takes no problem section")
             if not self.tensors:
                 raise ValueError("tensors is missing or empty: a dps task lists its tensors, "
                                  "at least one with role 'output'")
@@ -305,8 +307,8 @@ class TaskSpec(_Frozen):
             raise ValueError(f"a {self.contract} task needs a problem section")
         if self.tensors:
             raise ValueError(f"a {self.contract} task declares no tensors: its generator makes them")
-        if self.contract == "module" and self.problem.init is None:
-            raise ValueError("a module task needs problem.init (get_init_inputs)")
+        if conv.builds_entry and self.problem.init is None:
+            raise ValueError(f"a {self.contract} task needs problem.init (get_init_inputs)")
         if self.benchmark.cuda_graph:
             raise ValueError("cuda_graph timing needs a dps task (outputs written, not returned)")
         if self.shapes.generate is not None and self.shapes.generate.dtypes:

@@ -25,27 +25,17 @@ from typing import Any
 from grader.agent.workspace import Workspace
 from grader.backends.select import detect_device
 from grader.errors import KgraderError
+from grader.formats import registry
 from grader.grading.redact import facts_for, scrub_text, scrub_tree
 from grader.measure.floors import floor_ms
 from grader.measure.peaks import load_entries
 from grader.scan import load_policy
 from grader.scan.policy import Policy
 from grader.task import TaskSpec, load_task
+from sandbox.contract.conventions import convention
 from sandbox.contract.wire import DTYPE_CODES
 
 __all__ = ["describe_task", "policy_summary"]
-
-_CONTRACTS = {
-    "dps": ("Destination passing: define {entry}({args}) -> None. It receives the inputs, then "
-            "the preallocated outputs, in this order, and must write every output in place "
-            "(outputs are poisoned before each call). Return nothing."),
-    "module": ("KernelBench: define class ModelNew(torch.nn.Module) built with the same "
-               "constructor arguments as the reference's Model (get_init_inputs) and whose "
-               "forward(*inputs) returns the outputs, as the reference's Model.forward does."),
-    "gpumode": ("GPU MODE: define {entry}(data) returning the output, for data as made by the "
-                "reference's {inputs}; the reference's {reference} is the trusted answer."),
-}
-
 
 def _binding(b: dict[str, int], dtype_vars: set[str]) -> dict[str, int | str]:
     return {k: DTYPE_CODES[v] if k in dtype_vars and 0 <= v < len(DTYPE_CODES) else v
@@ -174,16 +164,17 @@ def describe_task(ws: Workspace) -> dict[str, Any]:
     device = _device(ws)
     args = ", ".join(t.name for t in spec.inputs + spec.outputs)
     problem = spec.problem
-    contract = _CONTRACTS[spec.contract].format(
+    returns = convention(spec.contract).returns_outputs
+    contract = registry.for_contract(spec.contract).agent_text.format(
         entry=spec.entrypoint, args=args, inputs=problem.inputs if problem else "",
         reference=problem.reference if problem else "")
     out: dict[str, Any] = {
         "tool": "describe_task", "ok": True, "stage": None, "errors": [], "warnings": [],
         "task": spec.name, "description": spec.description, "tags": list(spec.tags),
         "contract": spec.contract, "entrypoint": spec.entrypoint,
-        "signature": f"{spec.entrypoint}({args})" if spec.contract == "dps" else None,
+        "signature": None if returns else f"{spec.entrypoint}({args})",
         "contract_text": contract, "tensors": _tensors(spec),
-        "returns_outputs": spec.contract != "dps",
+        "returns_outputs": returns,
         "shapes": _shapes(spec, dtype_vars),
         "tolerances": {"atol": spec.correctness.atol, "rtol": spec.correctness.rtol,
                        "max_mismatch_fraction": spec.correctness.max_mismatch_fraction,

@@ -42,7 +42,23 @@ def task_group() -> None:
     """Make and vet tasks: import from KernelBench / GPU MODE, scaffold, check."""
 
 
-@task_group.group("import")
+class _FormatImports(click.Group):
+    """``task import <format>``: one command per format the registry offers an importer
+    for (:mod:`grader.formats.registry`), each made by :func:`_import_command`."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        from grader.formats import registry
+
+        return sorted(registry.importers())
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from grader.formats import registry
+
+        fmt = registry.importers().get(cmd_name)
+        return None if fmt is None else _import_command(fmt.name)
+
+
+@task_group.group("import", cls=_FormatImports)
 def import_group() -> None:
     """Turn problems in the field's formats into kgrader task folders."""
 
@@ -75,31 +91,24 @@ def _import_options(policy: str) -> Callable[[Any], Any]:
     return wrap
 
 
-@import_group.command("kernelbench")
-@_import_options("cuda-inline")
-def import_kernelbench(path: Path, **opts: Any) -> None:
-    """KernelBench problem files (FILE or a folder of them): Model, get_inputs,
-    get_init_inputs, size constants. Submissions define ModelNew."""
-    from grader.tasks import kernelbench
+def _import_command(name: str) -> click.Command:
+    """The import command of the registered format ``name``: its help, its --policy default."""
+    from grader.formats import registry
 
-    _import_all(kernelbench.find_problems, kernelbench.import_problem, path, **opts)
+    importer = registry.get(name).importer
+    assert importer is not None  # only formats with an importer are listed
 
+    def run(path: Path, **opts: Any) -> None:
+        _import_all(importer.find, importer.make, path, **opts)
 
-@import_group.command("gpumode")
-@_import_options("default")
-def import_gpumode(path: Path, **opts: Any) -> None:
-    """GPU MODE problem folders (reference.py + task.yml, or a folder of them).
-    Submissions define custom_kernel(data)."""
-    from grader.tasks import gpumode
-
-    _import_all(gpumode.find_problems, gpumode.import_problem, path, **opts)
+    return click.command(name, help=importer.help)(_import_options(importer.policy)(run))
 
 
 def _import_all(find: Callable[[Path], list[Path]], make: Callable[..., Any], path: Path, *,
                 out: Path, policy: str, force: bool, verify: bool, backend: str,
                 device: str, memory_mib: int | None, as_json: bool) -> None:
+    from grader.formats.common import write_task
     from grader.tasks.check import verify_import
-    from grader.tasks.common import write_task
 
     try:
         problems = find(path)
@@ -171,10 +180,10 @@ def check_cmd(task_dir: Path, seed: int | None, as_json: bool, backend: str, dev
     """Prove a task sound: its reference is deterministic, its tolerances hold against a
     float64 evaluation on every (drawn) shape, its cost model evaluates, every shape fits
     the memory limit; and name its quirks. Exit 0 sound, 1 not, 2 unusable."""
+    from grader.formats.common import confined_task_folder
     from grader.shapes import named
     from grader.task import load_task
     from grader.tasks.check import check_task
-    from grader.tasks.common import confined_task_folder
 
     try:
         confined_task_folder(task_dir)

@@ -13,6 +13,7 @@ from grader.backends.cleanup import MIN_FREE_BYTES
 from grader.backends.registry import backend_class
 from grader.diagnostics.records import build_diagnostics
 from grader.errors import KgraderError
+from grader.formats import registry
 from grader.grading.shared_device import account_for_shared_device
 from grader.measure.accept import decide_with_replicate
 from grader.report.model import (
@@ -193,16 +194,9 @@ def no_record_error(p: ResultProblem, outcome: SandboxOutcome,
 
 
 def expected_call(spec: TaskSpec) -> str | None:
-    """How the task calls the candidate's entry point, from its contract (None: a
-    ``module`` task, whose entry is a class)."""
-    if spec.contract == "dps":
-        names = ", ".join(t.name for t in spec.inputs + spec.outputs)
-        outs = ", ".join(t.name for t in spec.outputs)
-        return (f"{spec.entrypoint}({names}): the inputs, then the preallocated outputs "
-                f"({outs}), written in place")
-    if spec.contract == "gpumode":
-        return f"{spec.entrypoint}(data), returning the output"
-    return None
+    """How the task calls the candidate's entry point, as its format says (None: an entry
+    that is a class, KernelBench's)."""
+    return registry.for_contract(spec.contract).expected_call(spec)
 
 
 def _name_the_signature(e: ReportError, spec: TaskSpec) -> ReportError:

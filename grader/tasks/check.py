@@ -11,7 +11,7 @@ What must hold, each reported as one line:
   its generator run on every shape, are deterministic (two runs from one seed agree bit
   for bit), and the task's tolerances hold between the reference in its own dtypes and a
   float64 evaluation of it (rounded to a half-precision output's dtype first);
-* the problem's quirks (:mod:`grader.tasks.quirks`), read from its source and measured in
+* the problem's quirks (:mod:`grader.formats.quirks`), read from its source and measured in
   the sandbox, each with what kgrader does about it.
 
 A limit that stops the sandbox is named with its figure (:mod:`grader.tasks.checkrun`);
@@ -24,21 +24,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.astparse import parse_module
 from grader.errors import InfrastructureError, TaskError
+from grader.formats import quirks, registry
+from grader.formats.common import ImportedTask
+from grader.formats.quirks import Quirk
 from grader.judgecall import mode_request
 from grader.limits import Limits
 from grader.shapes import DrawnShapes, bound_shape, named, resolve_shapes
 from grader.task import DTYPE_BYTES, TaskSpec
-from grader.tasks import kernelbench, quirks
 from grader.tasks.checkrun import (
     NEEDS_CUDA_HINT,
     CheckLimitError,
     NeedsDeviceError,
     run_check_mode,
 )
-from grader.tasks.common import ImportedTask
-from grader.tasks.quirks import Quirk
+from sandbox.contract.conventions import convention
 from sandbox.contract.wire import DTYPE_CODES
 
 # Copies of a shape's tensors the judge holds at once (buffer, inputs, expected outputs).
@@ -101,7 +101,7 @@ def check_task(spec: TaskSpec, reference: str, *, backend: str = "auto", device:
     request = mode_request("check", device, task=resolved.to_wire(), reference=reference)
     dev = request.device
     limit = limit_bytes(spec, dev)
-    if spec.contract == "dps":
+    if not convention(spec.contract).takes_problem:  # the task declares its tensors
         gen = spec.shapes.generate
         worst = [*shapes, bound_shape(gen)] if gen is not None else shapes
         need = max(dps_bytes(spec, d) for d in worst) * HELD_COPIES
@@ -152,18 +152,11 @@ def buffer_mib(shapes: list[dict[str, Any]]) -> int:
 
 
 def static_quirks(spec: TaskSpec, reference: str) -> list[Quirk]:
-    """The quirks the problem's source shows (KernelBench's; GPU MODE's are all measured)."""
-    if spec.contract != "module" or spec.problem is None:
+    """The quirks the problem's source shows, as its format reads them (KernelBench's;
+    GPU MODE's are all measured)."""
+    if spec.problem is None:
         return []
-    try:
-        tree = parse_module(reference, filename="reference.py")
-    except SyntaxError:
-        return []  # the sandbox's check says why the reference does not load
-    dims = set(spec.shapes.tune[0]) if spec.shapes.tune else set()
-    exprs = {k: (v, src) for k, (v, src) in kernelbench.sizes(tree).items()
-             if src is not None and k in dims}
-    return quirks.size_products(exprs, list(spec.problem.varied)) + \
-        quirks.kernelbench_model(tree, spec.problem.reference, spec.problem.init or "")
+    return registry.for_contract(spec.contract).static_quirks(spec, reference)
 
 
 def _cost_model(report: CheckReport, spec: TaskSpec, shapes: list[dict[str, int]]) -> None:
@@ -229,7 +222,7 @@ def _judge_findings(report: CheckReport, spec: TaskSpec, limit: int) -> None:
                    + (f" ({', '.join(rounded)} outputs against the float64 values rounded to "
                       "their dtype)" if rounded else "")
                    + (f"; not evaluated on {skipped} shape(s), see the quirks" if skipped else ""))
-    if mem and spec.contract != "dps":
+    if mem and convention(spec.contract).takes_problem:
         report.add(True, "every shape fits the memory limit", f"judged on all {n} shapes")
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from sandbox.contract.conventions import convention
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import ErrorStage
 from sandbox.judge import cpu_wait, idle
@@ -186,7 +187,7 @@ def labels(ev: Hub) -> list[str]:
     """For the record's warnings: which rule judged a GPU MODE task's values, and how its
     generated tensors were classified (:mod:`sandbox.problem.buffers`); none for other tasks."""
     problem = getattr(ev, "problem", None)
-    if ev.task.contract != "gpumode" or problem is None:
+    if not convention(ev.task.contract).checker_decides or problem is None:
         return []
     notes = [str(n) for n in getattr(problem, "notes", [])]
     if getattr(problem, "checker_decides", False):

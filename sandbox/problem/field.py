@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from sandbox.contract.conventions import convention
 from sandbox.contract.failure import infrastructure
 from sandbox.contract.wire import ProblemWire, TaskWire, TensorWire
 from sandbox.problem import buffers
@@ -341,13 +342,22 @@ def _rejection(verdict: Any) -> str | None:
 def local_problem(task: TaskWire, reference: str, dev: str, init_seed: int) -> Problem:
     """The task's problem in this process: its code runs here. Only the problem process
     (:mod:`sandbox.problem.serve`) calls it; the judge's is :mod:`sandbox.problem.host`'s."""
-    if task.contract == "dps":
+    if not convention(task.contract).takes_problem:
         return DpsProblem(task, reference, dev)
     return make_field_problem(task, reference, dev, init_seed)
+
+
+# The problem class of each field calling convention (sandbox.contract.conventions), by its
+# wire value: the one place the harness picks code by a task's contract.
+FIELD_PROBLEMS: dict[str, type[ModuleProblem] | type[GpumodeProblem]] = {
+    "module": ModuleProblem, "gpumode": GpumodeProblem}
 
 
 def make_field_problem(task: TaskWire, reference: str, dev: str, init_seed: int) -> Problem:
     if task.problem is None:
         raise infrastructure("bad_request", f"a {task.contract} task without its problem names")
-    cls = ModuleProblem if task.contract == "module" else GpumodeProblem
+    cls = FIELD_PROBLEMS.get(task.contract)
+    if cls is None:
+        raise infrastructure("bad_request", f"a {task.contract} task: the harness has no "
+                             "problem class for that contract")
     return cls(task, reference, dev, init_seed)

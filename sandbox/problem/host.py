@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from sandbox.contract import text
+from sandbox.contract.conventions import convention
 from sandbox.contract.failure import infrastructure
 from sandbox.contract.wire import TaskWire, TensorWire
 from sandbox.launcher.gpu_share import GpuBuffer, export_buffer
@@ -81,7 +82,8 @@ class RemoteProblem(Problem):
         # GPU MODE's check_implementation is the authority on values and dtypes (kgrader
         # keeps only a sanity bound: sandbox.judge.outputs.verify_outputs) unless the task is strict.
         strict = task.problem is not None and task.problem.strict
-        self.checker_decides = task.contract == "gpumode" and self._checker and not strict
+        self.checker_decides = convention(task.contract).checker_decides and self._checker \
+            and not strict
         self.notes: list[str] = []  # the problem process's account of its layouts
 
     # ---- talking to the process ----------------------------------------------------------
@@ -228,7 +230,7 @@ class RemoteProblem(Problem):
                                  "modules": dict(pw.modules) if pw else {}}
         if self.checker_decides:  # a float output of another dtype is the checker's to judge
             setup["cast_floats"] = True
-        if self.task.contract == "module":
+        if convention(self.task.contract).builds_entry:
             setup.update(init=self._init, init_seed=self.init_seed)
         return setup
 
@@ -285,7 +287,7 @@ def _tensor_wires(raw: Any) -> list[TensorWire]:
 
 def make_problem(task: TaskWire, reference: str, dev: str, rng: random.Random) -> Problem:
     """The task's problem; ``rng`` (the secret phase stream) seeds what the judge draws."""
-    if task.contract == "dps":
+    if not convention(task.contract).takes_problem:
         return RemoteProblem(task, reference, dev, 0)
     if task.problem is None:
         raise infrastructure("bad_request", f"a {task.contract} task without its problem names")

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from sandbox.contract.conventions import NATIVE, convention
 from sandbox.problem.pytree import rebuild
 
 _copy = torch.Tensor.copy_
@@ -82,7 +83,9 @@ class Returned:
     """One runner's returned-output contract (inactive for destination passing)."""
 
     def __init__(self, setup: dict[str, Any], device: str):
-        self.contract = str(setup.get("contract", "dps"))
+        # The harness's calling convention by its wire value; an unknown one is refused.
+        self.convention = convention(str(setup.get("contract", NATIVE)))
+        self.contract = self.convention.contract
         self.modules = {str(k): str(v) for k, v in dict(setup.get("modules") or {}).items()}
         self.init = setup.get("init", {"list": []})
         self.init_seed = int(setup.get("init_seed", 0))
@@ -95,7 +98,7 @@ class Returned:
 
     @property
     def active(self) -> bool:
-        return self.contract in ("module", "gpumode")
+        return self.convention.returns_outputs
 
     def before_import(self) -> None:
         install_modules(self.modules)
@@ -106,7 +109,7 @@ class Returned:
         obj = getattr(mod, name, None)
         if not callable(obj):
             return None, f"candidate defines no callable {name!r}"
-        if self.contract != "module":
+        if not self.convention.builds_entry:
             return obj, None
         # Built under the init seed the reference was built under, from the same values.
         torch.manual_seed(self.init_seed)

@@ -134,7 +134,7 @@ def test_roofline_floor_from_datasheet_on_cuda_and_none_on_an_uncalibrated_cpu(
 
 
 def test_a_kernelbench_task_states_the_returned_outputs_contract(tmp_path: Path) -> None:
-    from grader.tasks.kernelbench import import_problem
+    from grader.formats.kernelbench.importer import import_problem
 
     problem = REPO / "examples" / "field" / "kernelbench" / "problems" / "1_ReLU.py"
     imported = import_problem(problem)

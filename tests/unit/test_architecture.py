@@ -13,9 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # What grader/ may import from sandbox/: the contract, and the statistics both sides must
 # compute identically (the judge stops a sequential test where the host decides it), and
 # the one rule that makes a candidate's text safe (the judge's record, the host's reports),
-# and the catalogue of error codes both sides create and check.
+# and the catalogue of error codes both sides create and check, and the calling conventions
+# the harness registers (pure data: a field format on the host declares the one it uses).
 SHARED = {"sandbox.contract.wire", "sandbox.contract.stats", "sandbox.contract.rules", "sandbox.contract.text",
-          "sandbox.contract.codes"}
+          "sandbox.contract.codes", "sandbox.contract.conventions"}
 MAX_LINES = 450
 
 # Function-local imports that stay function-local, with why. Everything else is imported at

@@ -49,8 +49,8 @@ def test_the_derived_sets_equal_the_hand_kept_ones() -> None:
 
 
 def test_the_consumers_read_the_derived_sets() -> None:
-    from grader.leaderboard import integrity
     from grader.grading import shared_device
+    from grader.leaderboard import integrity
 
     assert integrity.VIOLATION_CODES is codes.VIOLATION_CODES
     assert not hasattr(shared_device, "TIMING_CODES")  # no copy of its own
@@ -154,7 +154,7 @@ def test_every_boundary_maps_every_exception_class() -> None:
                 "grader.diagnostics.advice", "grader.experience.model",
                 "grader.leaderboard.ray_cluster", "grader.leaderboard.state", "grader.outpaths",
                 "grader.service.client", "grader.service.server", "grader.service.sql",
-                "grader.tasks.checkrun", "grader.tasks.common"):  # every class is defined
+                "grader.tasks.checkrun", "grader.formats.common"):  # every class is defined
         importlib.import_module(mod)
 
     def walk(cls: type) -> list[type]:

@@ -16,7 +16,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from grader.tasks import gpumode, kernelbench
+from grader.formats.gpumode import importer as gpumode
+from grader.formats.kernelbench import importer as kernelbench
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import TaskWire
 from sandbox.judge.outputs import sanity_bound

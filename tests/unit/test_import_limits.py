@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.tasks import gpumode, kernelbench
+from grader.formats.gpumode import importer as gpumode
+from grader.formats.kernelbench import importer as kernelbench
 
 ROOT = Path(__file__).resolve().parents[2]
 

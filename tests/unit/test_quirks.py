@@ -1,4 +1,4 @@
-"""Quirks of field problems (grader/tasks/quirks.py) and how a check that meets a sandbox
+"""Quirks of field problems (grader/formats/quirks.py) and how a check that meets a sandbox
 limit is explained (grader/tasks/checkrun.py): pure logic, no sandbox."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from click.testing import CliRunner
 from grader.backends.base import SandboxOutcome
 from grader.cli.tasks import register
 from grader.errors import InfrastructureError, UsageError
+from grader.formats.kernelbench import importer as kernelbench
 from grader.limits import Limits
 from grader.report.record import ResultProblem
-from grader.tasks import checkrun, kernelbench, quirks
+from grader.tasks import checkrun, quirks
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "field"
 KB = DATA / "kernelbench"

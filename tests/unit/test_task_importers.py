@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from grader.cli.tasks import register
 from grader.errors import TaskError
-from grader.tasks import gpumode, kernelbench
-from grader.tasks.common import ProblemPathError, confined_task_folder, task_name, write_task
+from grader.formats.common import ProblemPathError, confined_task_folder, task_name, write_task
+from grader.formats.gpumode import importer as gpumode
+from grader.formats.kernelbench import importer as kernelbench
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "field"
 KB = EXAMPLES / "kernelbench" / "problems"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.formats.kernelbench.importer import import_problem
 from grader.task import CorrectnessSpec
-from grader.tasks.kernelbench import import_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from grader.errors import TaskError
-from grader.tasks.common import (
+from grader.formats.common import (
     DEFAULT_SEEDS,
     IMPORTED_ACCEPTANCE,
     ImportedTask,
@@ -196,7 +196,7 @@ def helper_modules(folder: Path, raw: dict[str, Any], root: Path | None = None) 
     """Helper modules the problem ships (``files:`` entries, and task.py / utils.py beside it).
 
     Every path followed stays inside ``root`` (default :func:`problem_root`), through no
-    symbolic link, to a regular ``.py`` file (:func:`grader.tasks.common.confined_file`);
+    symbolic link, to a regular ``.py`` file (:func:`grader.formats.common.confined_file`);
     anything else is a :class:`ProblemPathError` and the problem is not imported."""
     root = problem_root(folder) if root is None else root
     paths: dict[str, Path] = {}

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.errors import TaskError
-from grader.tasks import quirks
-from grader.tasks.common import (
+from grader.formats import quirks
+from grader.formats.common import (
     DEFAULT_SEEDS,
     IMPORTED_ACCEPTANCE,
     ImportedTask,
@@ -143,7 +143,7 @@ def import_problem(path: Path, *, policy: str = "cuda-inline",
     """One KernelBench problem file as a task (not yet written, not yet checked).
 
     ``root``: the tree the file must lie in, reached through no symbolic link (default:
-    its own folder); a linked or non-regular file is a :class:`grader.tasks.common.ProblemPathError`."""
+    its own folder); a linked or non-regular file is a :class:`grader.formats.common.ProblemPathError`."""
     folder = Path(os.path.abspath(path)).parent
     root = folder if root is None else root
     if not os.path.lexists(path):

@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from grader.astparse import parse_module
 from grader.errors import TaskError
+from grader.formats.quirks import Quirk
 from grader.task import TaskSpec, format_validation_error
-from grader.tasks.quirks import Quirk
 
 # Public seeds of an imported task's correctness stage (the benchmark's are secret).
 DEFAULT_SEEDS = [17, 29, 41]

@@ -1,0 +1,1 @@
+"""Field formats: each one registered object, in a package of its own (``registry``)."""
