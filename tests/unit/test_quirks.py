@@ -14,10 +14,11 @@ from click.testing import CliRunner
 from grader.backends.base import SandboxOutcome
 from grader.cli.tasks import register
 from grader.errors import InfrastructureError, UsageError
+from grader.formats import quirks
 from grader.formats.kernelbench import importer as kernelbench
 from grader.limits import Limits
 from grader.report.record import ResultProblem
-from grader.tasks import checkrun, quirks
+from grader.tasks import checkrun
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "field"
 KB = DATA / "kernelbench"
