@@ -63,8 +63,12 @@ out["tmp"] = open("/tmp/kgrader-selfcheck").read()
 print("KGCHECK " + json.dumps(out), flush=True)
 """
 MEMORY_BOMB = "b = []\nwhile True:\n    b.append(bytearray(16 << 20))\n"
-FORK_BOMB = ("import os, time\nkids = []\nfor _ in range(10000):\n    pid = os.fork()\n"
-             "    if pid == 0:\n        time.sleep(60)\n        os._exit(0)\n    kids.append(pid)\n")
+# A stubborn fork bomb, as real ones are: a refused fork is retried, not a reason to exit
+# (a backend that samples its refused forks, as docker's watcher does, must get to see one).
+FORK_BOMB = ("import os, time\nend = time.time() + 20\nwhile time.time() < end:\n"
+             "    try:\n        pid = os.fork()\n    except OSError:\n"
+             "        time.sleep(0.01)\n        continue\n"
+             "    if pid == 0:\n        time.sleep(60)\n        os._exit(0)\n")
 FLOOD = "import sys\nfor _ in range(4096):\n    sys.stdout.write('x' * 4096)\n"
 HANG = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(3600)\n"
 
