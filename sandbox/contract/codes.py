@@ -247,7 +247,7 @@ CATALOGUE: tuple[Code, ...] = (
           "Give a plain directory you own."),
     _host("bad_out_dir", _U, "The sandbox's output folder is not a plain directory.",
           "Give a plain directory."),
-    _host("bad_backend", _U, "No such sandbox backend.", "Use auto, bwrap or docker."),
+    _host("bad_backend", _U, "No such sandbox backend.", "Use auto or one of the registered backends the message lists."),
     _host("no_gpu_ids", _U, "A GPU evaluation was asked for without GPU ids.",
           "Pass --gpu-ids."),
     _host("bad_gpu_id", _U, "A GPU id is unknown, repeated or wrong for the device.",
