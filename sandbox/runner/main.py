@@ -273,6 +273,8 @@ class Runner:
             return _error(_classify(e), e, self.path)
         finally:
             twin_stats = twins.end() if twins is not None else None
+            if twins is not None:
+                timer.extra_lead(twins.lead_us())
         handlers = self._handler_error("in a call")
         if handlers is not None:
             return handlers

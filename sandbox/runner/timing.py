@@ -36,7 +36,8 @@ _device_sleep = torch.cuda._sleep
 # a CPU far from the GPU) is queued before the start event fires. Without it the flush
 # alone (~45 us for 128 MiB on an H200) was the lead, and on an H200 one runner of two
 # identical kernels measured 1.5% (0.2 us of 13 us) slower than the other in every one of
-# 120 A/A decisions: its launches came late, and the gap was timed.
+# 120 A/A decisions: its launches came late, and the gap was timed. In a kernel-only task
+# the twin boundary adds its own host time per launch (Twins.lead_us; ~128 us on an H100).
 LAUNCH_LEAD_US = 100.0
 
 # Last-level cache sizes for parts whose driver does not report them usefully.
@@ -100,15 +101,23 @@ class Timer:
         self.flush_nbytes = 0 if self._flush_buf is None else self._flush_buf.numel()
         self.lead_us = 0.0
         self._lead_cycles = 0
+        self._khz = 0
         if device == "cuda":
             # SM cycles of LAUNCH_LEAD_US at the part's top clock: a slower clock only
             # lengthens the lead.
             khz = int(getattr(torch.cuda.get_device_properties(0), "clock_rate", 0) or 2_000_000)
+            self._khz = khz
             self._lead_cycles = int(LAUNCH_LEAD_US * khz / 1e3)
             self.lead_us = LAUNCH_LEAD_US
             self._start = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
             self._end = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
             self._idle = _Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+    def extra_lead(self, us: float) -> None:
+        """Queue ``us`` more lead than LAUNCH_LEAD_US from the next call on (the twin
+        boundary's own host time before the launch, sandbox.runner.twin.Twins.lead_us)."""
+        if self._lead_cycles and self.device == "cuda":
+            self._lead_cycles = int((LAUNCH_LEAD_US + max(0.0, us)) * self._khz / 1e3)
 
     def lead_off(self) -> None:
         """No sleep kernel before the start event (a runner under a profiler: the tool would

@@ -198,3 +198,39 @@ def test_no_candidate_callable_sees_the_kernels_tensors_at_the_launch() -> None:
     assert rows["bad_grid"]["error"] == "TwinError"
     assert rows["patched"]["error"] == "SealBroken" and not rows["patched"]["correct"]
     assert any("on the kernels' tensors" in op for op in rows["gc_walk"]["compute"]), rows["gc_walk"]
+
+
+_LEAD = textwrap.dedent('''
+    import json, time
+    import torch, triton, triton.language as tl
+    from sandbox.runner.twin import LEAD_CAP_US, Twins, install
+    tw = Twins(); install(lambda: tw)
+    before = tw.lead_us()
+
+    @triton.jit
+    def add(x, y, o, n, B: tl.constexpr):
+        i = tl.program_id(0) * B + tl.arange(0, B); m = i < n
+        tl.store(o + i, tl.load(x + i, mask=m) + tl.load(y + i, mask=m), mask=m)
+
+    def slow_grid(meta):
+        time.sleep(0.05)  # the candidate's own host time: never the harness's lead
+        return (triton.cdiv(meta["n"], meta["B"]),)
+
+    for i in range(5):
+        real = [torch.randn(4096), torch.randn(4096), torch.empty(4096)]
+        x, y, o = tw.bind("k", real)
+        add[slow_grid](x, y, o, x.numel(), B=1024)
+        add[(4,)](x, y, o, x.numel(), B=1024)  # a second launch in the call: not the first's
+        tw.end()
+    print(json.dumps({"before": before, "lead_us": tw.lead_us(), "n": len(tw.first_boundary_ns),
+                      "cap": LEAD_CAP_US}))
+''')
+
+
+def test_the_timers_extra_lead_is_the_boundarys_own_time_not_the_candidates() -> None:
+    """The lead a CUDA timer adds for the twin boundary (Twins.lead_us) counts the harness's
+    host time at each call's first launch, without the candidate's grid callable (50 ms
+    here) or Triton's launch (the interpreter's, here)."""
+    (row,) = _run([], _LEAD)
+    assert row["before"] == 0.0 and row["n"] == 5
+    assert 0.0 < row["lead_us"] < row["cap"], row  # the 50 ms grid counted would hit the cap
