@@ -46,7 +46,7 @@ from grader.task import load_task  # noqa: E402
 # What a runner does before it is given a module: import torch, then sandbox.runner.main's own
 # Triton preparation (a judge's import is the same torch import).
 PREPARE = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
-           "from sandbox.runner.main import prepare_triton\n"
+           "from sandbox.runner.prepare import prepare_triton\n"
            "prepare_triton('cuda')\n")
 
 

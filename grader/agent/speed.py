@@ -34,13 +34,13 @@ from grader.agent.workspace import Workspace
 from grader.evaluate import EvalRequest, Source, evaluate
 from grader.experience.search import current_hardware_key
 from grader.records import sha256_text
-from grader.report.model import Report
+from grader.report.model import Report, ReportError
 from grader.scan.policy import Policy
 from grader.task import load_task
 
 __all__ = ["BEST_TIME_NAME", "CLOCK_FLOOR_MS", "REFERENCE_TIMES_NAME", "accept_figures",
            "best_figures", "merge", "paired_figures", "paired_medians", "record_best_time",
-           "reference_figures", "remember_reference"]
+           "reference_figures", "remember_reference", "without_pair_faults"]
 
 REFERENCE_TIMES_NAME = "reference-times.json"
 BEST_TIME_NAME = "best-time.json"
@@ -175,6 +175,20 @@ def paired_figures(what: str, report: Report) -> dict[str, Any]:
         "paired: best.py ran as the second side in the same sandbox run, interleaved with "
         "the candidate, on the timed shape")
     return {**_speedup(what, other, cand, src), "candidate_paired_ms": cand}
+
+
+def without_pair_faults(report: Report) -> tuple[Report, list[ReportError]]:
+    """``report`` without the infrastructure errors of its accept stage, and those errors.
+
+    ``bench_kernel``'s pair with the trusted reference only measures: when the host's load
+    spoiled it (on a loaded CPU a short reference sits in the round trip's noise at every
+    try), the candidate's own stages stand and the speed-up is unmeasured, with the
+    reason, rather than the whole bench failing. A candidate-origin error there (a
+    violation seen during the paired calls) stays: it fails the bench."""
+    lost = [e for e in report.errors if e.stage == "accept" and e.origin == "infrastructure"]
+    if not lost:
+        return report, []
+    return report.model_copy(update={"errors": [e for e in report.errors if e not in lost]}), lost
 
 
 def record_best_time(ws: Workspace, source: str, report: Report) -> None:

@@ -96,7 +96,7 @@ from grader.grading.redact import (
 )
 from grader.measure.peaks import environment_mismatches, forget, get_peaks
 from grader.measure.profile import analyze, with_counters
-from grader.report.model import Report, ReportError
+from grader.report.model import Report
 from grader.report.verdict import acceptance_verdict
 from grader.scan import check_source
 from grader.task import load_task
@@ -185,18 +185,14 @@ def bench_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, An
     def body(ws: Workspace) -> dict[str, Any]:
         full = _evaluate(ws, source, ("compile", "correctness", "benchmark"), ("tune", "hidden"),
                          against_reference=True)
-        # The pair with the reference only measures: when the host's load spoiled it (an
-        # infrastructure error of the accept stage; on a loaded CPU a short reference sits
-        # in the round trip's noise at every try), the candidate's own stages stand and the
-        # speed-up is unmeasured, with the reason, rather than the whole bench failing.
-        report = _without_pair_faults(full)[0]
-        public_lost = _without_pair_faults(_public(ws, full))[1]
+        # The pair with the reference only measures (speed.without_pair_faults).
+        report = speed.without_pair_faults(full)[0]
+        public, public_lost = speed.without_pair_faults(_public(ws, full))
         # The experience store keeps what bench measured, not the pair's rule outcome.
         remember_tool(ws.spec, report.model_copy(update={
             "acceptance": None, "ok": _passed(report),
             "stage": "benchmark" if report.stage == "accept" and _passed(report) else report.stage}),
             source, "bench_kernel")
-        public = _public(ws, report)
         out = {**base("bench_kernel", public), **timing_fields(public)}
         # The pair with the reference is a measurement, not an acceptance: bench's verdict
         # and last stage are compile, correctness and benchmark's.
@@ -216,17 +212,6 @@ def bench_kernel(workspace: str | Path | Workspace, source: str) -> dict[str, An
             speed.remember_reference(ws, ref, "paired", ws.spec.timed_dims())
         return out
     return _logged("bench_kernel", workspace, {"source": source}, body)
-
-
-def _without_pair_faults(report: Report) -> tuple[Report, list[ReportError]]:
-    """``report`` without the infrastructure errors of its accept stage (bench's pair with
-    the trusted reference), and those errors. A candidate-origin error there (a violation
-    seen during the paired calls) stays: it fails the bench."""
-    lost = [e for e in report.errors if e.stage == "accept" and e.origin == "infrastructure"]
-    if not lost:
-        return report, []
-    stripped = report.model_copy(update={"errors": [e for e in report.errors if e not in lost]})
-    return stripped.model_copy(update={"ok": _passed(stripped)}), lost
 
 
 def _passed(report: Report) -> bool:

@@ -30,6 +30,7 @@ from sandbox.runner import extcache
 from sandbox.runner.boundary import SealBroken
 from sandbox.runner.handlers import Dispositions
 from sandbox.runner.op_audit import AuditTampered, audited, report
+from sandbox.runner.prepare import prepare_triton
 from sandbox.runner.returned import Returned
 from sandbox.runner.timing import Timer, _perf_ns, thread_count
 from sandbox.runner.twin import TwinError, Twins, install
@@ -360,51 +361,6 @@ def warm_harness(device: str) -> None:
     float(x.sum())
     if device == "cuda":
         torch.cuda.synchronize()
-
-
-def prepare_triton(device: str) -> float:
-    """Harness code, before any candidate: import Triton and build its C helper module
-    (``cuda_utils``, a compiler run of ~0.3 s) into this runner's private cache, so that the
-    candidate's first launch does not wait for it. The helper is built and loaded, never
-    called: no CUDA call, so a runner prepared ahead of its measurement gate still touches
-    no device. Without Triton (or on the CPU) nothing happens. Seconds spent."""
-    if device != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
-        return 0.0
-    t0 = time.monotonic()
-    try:
-        import triton.language  # noqa: F401
-        from triton.backends.nvidia.driver import CudaUtils
-
-        CudaUtils()
-    except Exception:  # an older or newer Triton, no compiler: the first launch builds it
-        pass
-    prime_compiler()
-    return time.monotonic() - t0
-
-
-def prime_compiler() -> None:
-    """Run Triton's MLIR pass manager once, empty, on an empty module (~10 ms, no device).
-
-    Its first run registers LLVM's signal handlers in this process (SIGHUP, SIGQUIT,
-    SIGUSR1, SIGUSR2, SIGTERM, SIGXCPU, SIGXFSZ, SIGSYS: LLVM's crash and interrupt
-    handlers, seen with Triton 3.6 and 3.9). Done here, by the harness, they are part of
-    the dispositions taken before the candidate's import (sandbox.runner.handlers and the
-    judge's own SigCgt baseline); otherwise an honest kernel's first compile on a GPU
-    would add them in its call and fail ``signal_handler``. Nothing when Triton has no
-    such API: the candidate's compile would then be refused, never let through."""
-    try:
-        from triton._C.libtriton import ir
-
-        ctx = ir.context()
-        ir.load_dialects(ctx)
-        module = ir.builder(ctx).create_module()
-        pm = ir.pass_manager(ctx)
-        try:
-            pm.run(module, "kgrader-prime")
-        except TypeError:  # an older Triton: run(module)
-            pm.run(module)
-    except Exception:
-        pass
 
 
 def main() -> None:

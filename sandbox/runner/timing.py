@@ -116,7 +116,7 @@ class Timer:
     def extra_lead(self, us: float) -> None:
         """Queue ``us`` more lead than LAUNCH_LEAD_US from the next call on (the twin
         boundary's own host time before the launch, sandbox.runner.twin.Twins.lead_us)."""
-        if self._lead_cycles and self.device == "cuda":
+        if self._lead_cycles:  # CUDA, and not turned off for a profiler
             self._lead_cycles = int((LAUNCH_LEAD_US + max(0.0, us)) * self._khz / 1e3)
 
     def lead_off(self) -> None:

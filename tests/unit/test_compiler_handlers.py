@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 _PROBE = r"""
 import json, sys
 from sandbox.runner.handlers import caught
-from sandbox.runner.main import prime_compiler
+from sandbox.runner.prepare import prime_compiler
 base = caught()
 if sys.argv[1] == "prime":
     prime_compiler()
