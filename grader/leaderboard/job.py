@@ -168,10 +168,10 @@ TIED = "tied_within_noise"
 
 
 def tied_within_noise(report: Report) -> bool:
-    """Correct, and the timing could not separate it from the reference on this host: every
-    error is the infrastructure's ``timing_unreliable`` (a loaded or noisy host), after
-    correctness passed. A re-run ends there: the entry is correct and its speed-up is
-    "tied within noise" (ranked as tied, never left out of the ranking)."""
+    """Correct, and the host could not time it: every error is the infrastructure's
+    ``timing_unreliable`` (a loaded or noisy host), after correctness passed. A re-run ends
+    there: the entry is correct with no speed-up ("tied within noise": ranked, never left
+    out of the ranking, and never above an entry whose speed-up was measured)."""
     return (bool(report.errors) and all(e.origin == "infrastructure"
                                         and e.code == "timing_unreliable" for e in report.errors)
             and report.correctness is not None and report.correctness.passed)
@@ -181,8 +181,8 @@ def classify_rerun(report: Report) -> tuple[str, str | None, str | None, str, fl
                                              str | None]:
     """:func:`classify` for a re-run that :func:`tied_within_noise`: correct, no speed-up."""
     e = report.errors[0]
-    return ("ok", e.stage, TIED, "correct; tied within noise: the re-run's timing could not "
-            f"separate it from the reference on this host ({e.message[:300]})", None, None)
+    return ("ok", e.stage, TIED, "correct; tied within noise: the host could not time the "
+            f"run, so no speed-up is claimed ({e.message[:300]})", None, None)
 
 
 def redact_seeds(obj: Any, seeds: tuple[int, ...]) -> Any:

@@ -10,8 +10,10 @@ its re-run exists already and is not repeated; a different file earns a re-run o
 beating the entry's best main run.
 
 A ranking lists, best first: the entries with a published correct re-run (ranked;
-neighbours whose speed-up intervals overlap, or whose re-run could not separate them from
-the reference, share a rank: "tied within noise"), then those awaiting their re-run (not
+neighbours whose speed-up intervals overlap share a rank: "tied within noise"; a correct
+re-run the host could not time (``tied_within_noise``: no speed-up measured) ranks after
+every measured one, level with the other unmeasured ones, as the batch board's floored
+geomean ranks it), then those awaiting their re-run (not
 ranked: their selection figure is shown as such), then those with no correct run. An entry
 with a disqualified run on any task is in none: it is listed apart, with the reason.
 """
@@ -49,8 +51,10 @@ class Run:
         return self.verdict == "ok"
 
     @property
-    def tied(self) -> bool:
-        """Correct, and its timing could not separate it from the reference."""
+    def unmeasured(self) -> bool:
+        """Correct, and the host could not time it (``tied_within_noise``): no speed-up is
+        known, not even "about 1" -- its timing was too noisy to measure, or a candidate
+        made it so. It never ranks above a measured entry."""
         return self.code == TIED
 
 
@@ -95,10 +99,6 @@ def needs_rerun(runs: Sequence[Run], scheduled: set[str]) -> Run | None:
 
 
 def _overlap(a: Run, b: Run) -> bool:
-    if a.tied or b.tied:  # a tie with the reference is a speed-up of 1 within noise
-        other = b if a.tied else a
-        return other.tied or (other.low is not None and other.high is not None
-                              and other.low <= 1.0 <= other.high)
     if a.speedup is None or b.speedup is None:
         return a.speedup is None and b.speedup is None
     if a.speedup == b.speedup:
@@ -149,8 +149,12 @@ def _lines(by_entry: dict[str, list[Run]]) -> list[Line]:
         sel = selection(runs)
         latest = reruns[-1] if reruns else None
         if latest is not None and latest.correct:
-            note = "" if sel is None or sel.file_sha == latest.file_sha else \
-                "a newer, faster file awaits its re-run"
+            notes = ["a newer, faster file awaits its re-run"] \
+                if sel is not None and sel.file_sha != latest.file_sha else []
+            if latest.speedup is None:
+                notes.append("speed-up unmeasured: the host could not time the re-run; ranked "
+                             "after every measured entry")
+            note = "; ".join(notes)
             ranked.append(Line(entry, "ranked", latest, len(runs), note=note))
         elif sel is not None and latest is None:
             waiting.append(Line(entry, "awaiting_rerun", sel, len(runs),
@@ -161,9 +165,10 @@ def _lines(by_entry: dict[str, list[Run]]) -> list[Line]:
             wrong.append(Line(entry, "not_correct", last, len(runs), note=note))
 
     def by_speed(line: Line) -> tuple[bool, float, str]:
-        # A re-run tied with the reference ranks as a speed-up of 1 (within noise): above a
-        # measured slower entry, below a measured faster one.
-        speedup = 1.0 if line.run.tied else line.run.speedup
+        # An unmeasured re-run is no speed-up of 1: ranked as "about 1", it put an entry 3x
+        # slower than another above it on a loaded CI host, and a submitter who makes its
+        # own timing noisy would buy that rank. It goes after every measured entry.
+        speedup = line.run.speedup
         return (speedup is None, -(speedup or 0.0), line.entry)
 
     ranked.sort(key=by_speed)

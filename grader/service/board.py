@@ -82,7 +82,7 @@ class Board:
 
     def _run(self, job: JobRow, text: str) -> Run:
         report = Report.model_validate_json(text)  # the stored copy: seeds already redacted
-        tied = job.mode == RERUN_MODE and tied_within_noise(report)
+        tied = tied_within_noise(report)  # a board job's last attempt (service.worker)
         verdict, _, code, message, speedup, _ = classify_rerun(report) if tied \
             else classify(report)
         low, high = speedup_interval(speedup, text)

@@ -22,7 +22,7 @@ _STATE = {"ranked": "ranked (re-run)", "awaiting_rerun": "awaiting re-run",
 
 def _speedup(r: Run) -> str:
     if r.speedup is None:
-        return "tied within noise with the reference" if r.tied else "—"
+        return "unmeasured (the host could not time it)" if r.unmeasured else "—"
     text = f"{r.speedup:.3g}x"
     if r.low is not None and r.high is not None:
         text += f" (95% CI {r.low:.3g}-{r.high:.3g})"
@@ -97,7 +97,9 @@ def index(runs: Sequence[Run], tasks: Sequence[str], pending: Sequence[tuple[Job
     intro = ("<p>One ranking per task and device kind. An entry is ranked by a re-run the "
              "service schedules for its best submission (a fresh, independent measurement); "
              "resubmitting a file does not earn another. Entries whose re-run figures cannot "
-             "be told apart share a rank (tied within noise). The page reloads itself.</p>")
+             "be told apart share a rank (tied within noise); a correct re-run the host could not "
+             "time has no speed-up and ranks after the measured ones. The page reloads "
+             "itself.</p>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>kgrader leaderboard</title><style>{_STYLE}</style></head><body>"
             f"<h1>kgrader leaderboard</h1>{intro}{body}{_pending(pending, failed)}"

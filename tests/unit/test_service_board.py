@@ -106,3 +106,27 @@ def test_a_result_the_board_missed_is_added_at_the_next_start(tmp_path: Path) ->
     again = Board(tmp_path / "board", store, board.tasks)
     assert sorted(r.entry for r in again.runs.values()) == ["alice/a", "alice/b"]
     assert again.sync() == 0
+
+
+def test_an_entry_the_host_could_not_time_earns_its_rerun_and_ranks_after_measured_ones(
+        tmp_path: Path) -> None:
+    """A main run that ended tied within noise (its last attempt: service.worker) is a
+    correct selection; its re-run is queued, and an unmeasured re-run ranks after a
+    measured one however slow."""
+    store, board = _setup(tmp_path)
+    untimed = Report(ok=False, stage="accept", task="vector_add_small", device="cpu",
+                     correctness=CorrectnessResult(passed=True, checks=4),
+                     errors=[ReportError(stage="accept", code="timing_unreliable",
+                                         origin="infrastructure", message="in the noise")])
+    board.record(_done(store, "tok1", "", "a = 1\n", untimed))
+    c = store.claim("cpu0")
+    assert c is not None and c.job.mode == "rerun"  # the tie is a selection: re-run queued
+    store.finish(c.job.id, c.attempt, state="done", verdict="ok",
+                 report_json=untimed.model_dump_json(), error=None)
+    board.record(c.job.id)
+    board.record(_done(store, "tok2", "", "b = 1\n", _report("ok", 0.01)))
+    _grade_reruns(store, board, 0.01)
+    page = (board.read("index.html") or b"").decode()
+    assert page.index("bob") < page.index("alice")  # measured 0.01x above unmeasured
+    assert "unmeasured (the host could not time it)" in page
+    assert "ranked after every measured entry" in page
