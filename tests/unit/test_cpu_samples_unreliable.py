@@ -37,8 +37,15 @@ def test_most_calls_inside_the_noise_is_timing_unreliable_of_the_infrastructure(
     err = e.value.error
     assert (err.code, err.origin, err.stage) == ("timing_unreliable", "infrastructure", "accept")
     assert err.detail["not_longer"] == 3
+    # no waits for a CPU: the host is idle, the kernel shorter than the noise (not "loaded")
+    assert "the host is not loaded" in err.message and "too loaded" not in err.message
     with pytest.raises(StageFailure):
         c.samples(base=1.0)  # the pooled base of a pair decides the same way
+    busy = _clock([3.0, 2.9, 3.2, 2.8, 3.05], [3.0, 3.1, 3.0], waits=[2.0] * 5,
+                  noop_waits=[2.0] * 3)
+    with pytest.raises(StageFailure) as e:
+        busy.samples()
+    assert "too loaded to time this kernel" in e.value.error.message
 
 
 def test_each_round_trip_less_its_wait_for_a_cpu_is_what_is_timed() -> None:
