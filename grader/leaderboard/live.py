@@ -42,8 +42,9 @@ class Run:
     code: str | None
     message: str
     speedup: float | None
-    low: float | None = None  # the speed-up's 95% interval, where the report's times give one
+    low: float | None = None  # the speed-up's interval, where the report gives one
     high: float | None = None
+    conf: float | None = None  # that interval's confidence (0.98 paired; 0.95 one side's)
     at: float = 0.0
 
     @property

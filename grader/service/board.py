@@ -32,6 +32,7 @@ from grader.leaderboard.aggregate import row_times
 from grader.leaderboard.job import classify, classify_rerun, tied_within_noise
 from grader.leaderboard.live import MAIN, RERUN, Run, needs_rerun
 from grader.report.model import Report
+from grader.report.verdict import acceptance_verdict
 from grader.service import board_page, pages
 from grader.service.store import JobRow, Store
 from grader.service.worker import BOARD_MODES, ServiceTask
@@ -56,13 +57,29 @@ def device_of(report: Report, worker: str | None) -> str:
     return {"gpu": "cuda", "": "unknown"}.get(kind, kind)
 
 
-def speedup_interval(speedup: float | None, report_json: str) -> tuple[float | None, float | None]:
-    """The speed-up's interval from the submission's median-time interval (the reference's
-    time held at its median), or (None, None)."""
+Interval = tuple[float | None, float | None, float | None]  # low, high, confidence
+
+
+def speedup_interval(speedup: float | None, report: Report, report_json: str) -> Interval:
+    """The speed-up's interval and its confidence, or (None, None, None).
+
+    The paired one where the run has it (:func:`grader.report.verdict.acceptance_verdict`:
+    the sign test's order-statistic bounds on the median of ln(t_cand / t_ref) over the
+    interleaved pairs, 98% at the default alpha): both sides' noise is in it. Else the
+    submission's median-time interval with the reference's time held at its median (95%),
+    which leaves the reference's noise out: on a 2-core CPU a torch-add reference inside
+    the judge clock's noise gave two entries 3x apart 0.00638x and 0.000489x, each with
+    a tight interval of that kind, and so two ranks; paired, they overlap."""
+    if speedup is None:
+        return None, None, None
+    if report.acceptance is not None:
+        v = acceptance_verdict(report.acceptance, "the reference")
+        if v.low is not None and v.high is not None and v.confidence is not None:
+            return v.low, v.high, v.confidence
     sub, _ = row_times(report_json)
-    if speedup is None or sub is None or not sub.low or not sub.high or sub.value <= 0:
-        return None, None
-    return speedup * sub.value / sub.high, speedup * sub.value / sub.low
+    if sub is None or not sub.low or not sub.high or sub.value <= 0:
+        return None, None, None
+    return speedup * sub.value / sub.high, speedup * sub.value / sub.low, 0.95
 
 
 class Board:
@@ -85,11 +102,11 @@ class Board:
         tied = tied_within_noise(report)  # a board job's last attempt (service.worker)
         verdict, _, code, message, speedup, _ = classify_rerun(report) if tied \
             else classify(report)
-        low, high = speedup_interval(speedup, text)
+        low, high, conf = speedup_interval(speedup, report, text)
         return Run(job_id=job.id, entry=self._owner(job), task=job.task,
                    device=device_of(report, job.worker), file_sha=job.source_sha,
                    kind=RERUN if job.mode == RERUN_MODE else MAIN, verdict=verdict, code=code,
-                   message=message[:2000], speedup=speedup, low=low, high=high,
+                   message=message[:2000], speedup=speedup, low=low, high=high, conf=conf,
                    at=job.finished_at or 0.0)
 
     def record(self, job_id: str) -> None:

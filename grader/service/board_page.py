@@ -25,7 +25,7 @@ def _speedup(r: Run) -> str:
         return "unmeasured (the host could not time it)" if r.unmeasured else "—"
     text = f"{r.speedup:.3g}x"
     if r.low is not None and r.high is not None:
-        text += f" (95% CI {r.low:.3g}-{r.high:.3g})"
+        text += f" ({100 * (r.conf or 0.95):.0f}% CI {r.low:.3g}-{r.high:.3g})"
     return text
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from grader.leaderboard.seeds import Secret
 from grader.report.model import AcceptanceResult, CorrectnessResult, Report, ReportError
 from grader.service.board import RERUN_OWNER, Board
@@ -130,3 +132,43 @@ def test_an_entry_the_host_could_not_time_earns_its_rerun_and_ranks_after_measur
     assert page.index("bob") < page.index("alice")  # measured 0.01x above unmeasured
     assert "unmeasured (the host could not time it)" in page
     assert "ranked after every measured entry" in page
+
+
+def _paired(median_d: float, lower: float, upper: float) -> Report:
+    """A leaderboard run's report as the judge writes it: the seed rule's improvement and the
+    controlled rule's bounds on the median of ln(t_cand / t_ref) at its one look."""
+    import math
+
+    from grader.report.model import RuleOutcome
+    nums = {"alpha_per_look": 0.01, "median_d": median_d, "lower_bound": lower,
+            "upper_bound": upper, "delta": 0.01, "looks_taken": [{"offset_allowance": 0.0}]}
+    acc = AcceptanceResult(accepted=False, rule="seed", pairs=25, positive_fraction=0.0,
+                           improvement_fraction=1 - math.exp(median_d), reason="r",
+                           rules=[RuleOutcome(rule="controlled", accepted=False, reason="r",
+                                              numbers=nums)])
+    return Report(ok=True, stage="accept", task="vector_add_small", device="cpu",
+                  correctness=CorrectnessResult(passed=True, checks=4), acceptance=acc)
+
+
+def test_a_speedup_interval_is_the_paired_one_with_both_sides_noise_in_it(
+        tmp_path: Path) -> None:
+    """Two entries 3x apart against a reference inside the CPU clock's noise (the figures of
+    a real run: 0.00638x and 0.000489x): their paired intervals overlap, so they share a
+    rank; the interval printed is the paired one, at its own confidence (98%)."""
+    import math
+    store, board = _setup(tmp_path)
+    for tok, src, (d, lo, hi) in (("tok1", "a = 1\n", (5.05, 4.29, 17.32)),
+                                  ("tok2", "b = 1\n", (7.62, 5.81, 18.43))):
+        board.record(_done(store, tok, "", src, _paired(d, lo, hi)))
+        c = store.claim("cpu0")
+        assert c is not None and c.job.mode == "rerun"
+        store.finish(c.job.id, c.attempt, state="done", verdict="ok",
+                     report_json=_paired(d, lo, hi).model_dump_json(), error=None)
+        board.record(c.job.id)
+    runs = sorted((r for r in board.runs.values() if r.kind == "rerun"),
+                  key=lambda r: r.speedup or 0.0)
+    assert [(r.low, r.high, r.conf) for r in runs] == [
+        pytest.approx((math.exp(-hi), math.exp(-lo), 0.98))
+        for lo, hi in ((5.81, 18.43), (4.29, 17.32))]
+    page = (board.read("index.html") or b"").decode()
+    assert page.count("1 (tied within noise)") == 2 and "98% CI" in page
