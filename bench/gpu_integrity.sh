@@ -20,16 +20,21 @@
 #   service   bench/service_load.py on the CPU, bwrap: SVC_N submissions from SVC_CLIENTS clients
 #             to SVC_WORKERS workers, SVC_T the limit; its JSON in $OUT/service.json.
 # Default SECTIONS: "legit honest attacks returned pytest". Everything lands in
-# $OUT/integrity.tgz (soak and service also write their JSON beside it); summary.txt holds
-# one line per run.
+# $OUT/integrity.tgz, written on any exit (soak and service also write their JSON beside it);
+# $OUT/summary.txt holds one line per run as each ends.
 # Usage on the device, in a git archive of the commit: OUT=... SECTIONS=... bash bench/gpu_integrity.sh
 set -u
 source bench/gpu_env.sh || exit 1
 export PATH="$PWD/.gpu/bin:$(dirname "$(command -v python3)"):$PATH"
 R=/tmp/kg-integrity; rm -rf "$R"; mkdir -p "$R/att" "$R/ret" "$R/honest"; OUT="${OUT:-/tmp/kg-out}"
+mkdir -p "$OUT"
+# Whatever ends the call (a section over its limit, the device call's own limit), what ran
+# is in $OUT: the summary grows there line by line, and the archive is written on any exit.
+pack() { cp "$S" "$R/summary.txt" 2>/dev/null; tar -czf "$OUT/integrity.tgz" -C /tmp kg-integrity 2>/dev/null; }
+trap pack EXIT; trap 'exit 143' TERM INT
 { date -u; cat COMMIT 2>/dev/null; nvidia-smi --query-gpu=name,driver_version --format=csv
   python3 -c 'import torch, triton; print(torch.__version__, triton.__version__)'; nproc; } > "$R/env.txt" 2>&1
-S="$R/summary.txt"
+S="$OUT/summary.txt"; : > "$S"
 SECTIONS="${SECTIONS:-legit honest attacks returned pytest}"
 on() { [[ " $SECTIONS " == *" $1 "* ]]; }
 verdict() {  # file -> "ok stage/code median message" from a JSON report
@@ -188,4 +193,3 @@ echo "service rc=$? $(python3 -c 'import json, sys; d = json.load(open(sys.argv[
     d["evaluations_per_min"], "/min latency", d["latency_s"], "checks", d["checks"])' "$OUT/service.json" 2>&1 | tail -1)" >> "$S"
 fi
 cat "$S"
-tar -czf "$OUT/integrity.tgz" -C /tmp kg-integrity
