@@ -13,6 +13,7 @@ generator and the candidate returns its outputs (:class:`ProblemSpec`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -365,6 +366,17 @@ class TaskSpec(_Frozen):
                 cache=b.cache, flush_mib=b.flush_mib, cuda_graph=b.cuda_graph,
                 allow_tf32=b.allow_tf32, stop_noise=b.stop_noise),
             acceptance=self.acceptance.to_wire(), audit_ops=audit_ops)
+
+
+def spec_or_none(task: TaskSpec | Mapping[str, Any] | None) -> TaskSpec | None:
+    """``task`` as a spec: itself, a task.json mapping parsed, else None (a mapping that is
+    not a valid task: a report's facts then do without it)."""
+    if isinstance(task, TaskSpec) or task is None:
+        return task
+    try:
+        return TaskSpec.model_validate(dict(task))
+    except ValidationError:
+        return None
 
 
 def load_task(task_dir: str | Path) -> tuple[TaskSpec, str]:

@@ -35,7 +35,7 @@ from grader.experience.model import Attempt, ErrorItem, Origin, Shape
 from grader.grading.redact import HIDDEN_KEY, ShapeFacts, facts_for, redact, scrub_text
 from grader.measure.peaks import sandbox_fingerprint
 from grader.report.model import Report
-from grader.task import TaskSpec
+from grader.task import TaskSpec, spec_or_none
 
 __all__ = [
     "TaskFacts",
@@ -62,12 +62,7 @@ def task_facts(task: TaskSpec | Mapping[str, Any] | None, fallback_name: str | N
 
     Tags are the task's ``tags``, else its name (the op family is unknown, the task is not).
     """
-    spec: TaskSpec | None = task if isinstance(task, TaskSpec) else None
-    if spec is None and isinstance(task, Mapping):
-        try:
-            spec = TaskSpec.model_validate(dict(task))
-        except ValidationError:
-            spec = None
+    spec = spec_or_none(task)
     if spec is None:
         name = fallback_name or (str(task.get("name")) if isinstance(task, Mapping)
                                  and isinstance(task.get("name"), str) else "unknown")

@@ -43,7 +43,7 @@ from pydantic import ValidationError
 from grader.report.diagnostics_model import Diagnostics
 from grader.report.model import BadElement, Report, ReportError
 from grader.report.withhold import marked, withhold
-from grader.task import TaskSpec
+from grader.task import TaskSpec, spec_or_none
 from sandbox.contract.wire import DTYPE_CODES
 
 __all__ = ["HIDDEN_KEY", "ShapeFacts", "facts_for", "redact", "redact_diagnostics", "redact_json",
@@ -175,12 +175,7 @@ class ShapeFacts:
 def facts_for(task: TaskSpec | Mapping[str, Any] | None, report: Report | None = None) -> ShapeFacts:
     """The facts for ``report`` graded on ``task`` (a spec, a task.json mapping or None):
     the task's fixed hidden shapes, then the ones drawn for this evaluation."""
-    spec = task if isinstance(task, TaskSpec) else None
-    if spec is None and isinstance(task, Mapping):
-        try:
-            spec = TaskSpec.model_validate(dict(task))
-        except ValidationError:
-            spec = None
+    spec = spec_or_none(task)
     if spec is None:
         base = ShapeFacts(None)
     else:
