@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from grader.errors import UsageError
 
 LimitName = Literal[
     "compile_timeout",
@@ -61,6 +63,13 @@ class Limits(BaseModel):
         return max(self.tmpfs_mib << 20, self.result_bytes)
 
     def override(self, **changes: float | int | None) -> Limits:
-        """A copy with the non-None values of ``changes`` applied (CLI overrides)."""
+        """A copy with the non-None values of ``changes`` applied (CLI overrides). A value
+        the model refuses is the caller's: :class:`UsageError` naming each, never a raw
+        validation error (the CLI's options carry the same bounds: grader.cli.app)."""
         clean = {k: v for k, v in changes.items() if v is not None}
-        return self.model_validate({**self.model_dump(), **clean})
+        try:
+            return self.model_validate({**self.model_dump(), **clean})
+        except ValidationError as e:
+            bad = "; ".join(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+                            for err in e.errors())
+            raise UsageError(f"limits out of range: {bad}") from None

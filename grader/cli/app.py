@@ -70,7 +70,13 @@ def limit_options(f: Any) -> Any:
     so a new limit reaches the command line without touching it."""
     for name, info in reversed(list(Limits.model_fields.items())):
         ann = info.annotation
-        typ = float if ann in (float, float | None) else int
+        # The model's bounds are the option's range: a value out of it is a usage error that
+        # names the option (it was an "internal error" from the model's validation).
+        bound = {k: getattr(m, k) for m in info.metadata for k in ("gt", "ge", "lt", "le")
+                 if getattr(m, k, None) is not None}
+        typ: click.FloatRange | click.IntRange = (click.FloatRange if ann in (float, float | None) else click.IntRange)(
+            min=bound.get("gt", bound.get("ge")), max=bound.get("lt", bound.get("le")),
+            min_open="gt" in bound, max_open="lt" in bound)
         default = info.default
         text = f"{info.description or name} (task default; model default {default})."
         f = click.option("--" + name.replace("_", "-"), name, type=typ, default=None, help=text)(f)

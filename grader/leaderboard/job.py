@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from grader.errors import InfrastructureError, KgraderError
+from grader.errors import InfrastructureError, KgraderError, UsageError
 from grader.evaluate import EvalRequest, Source, evaluate
 from grader.leaderboard.integrity import violation
 from grader.leaderboard.seeds import TaskPayload
@@ -99,11 +99,15 @@ def run_job(job: Job, gpu_ids: tuple[str, ...] = (), engine: str = "local",
             kw["policy"] = job.policy
             if job.round == "rerun":  # ranked entries: correctness again under the memory checker
                 kw["sanitize"] = "default"
+        try:
+            limits = spec.limits.override(**dict(job.limits))
+        except UsageError as e:  # the operator's limits, not the submission's fault
+            return JobOutcome(None, f"{e.code}: {e}")
         req = EvalRequest(task=spec, reference=job.task.reference,
                           candidate=Source(name=f"{job.submission}/{job.task.name}.py",
                                            text=check_source(job.source)),
                           backend=job.backend, device=job.device,
-                          limits=spec.limits.override(**dict(job.limits)), gpu_ids=gpu_ids,
+                          limits=limits, gpu_ids=gpu_ids,
                           shape_seed=job.task.shape_seed, gate=gate,
                           build_cache=job.build_cache, **kw)
         report = evaluate(req)

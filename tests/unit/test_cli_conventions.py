@@ -254,3 +254,26 @@ def test_failures_of_other_commands_are_the_same_document(tmp_path: Path, argv: 
     assert set(doc) == {"ok", "error", "exit_code"} and doc["ok"] is False
     assert set(doc["error"]) == {"code", "message", "hint", "origin"}
     assert doc["error"]["origin"] == "usage" and result.stderr.startswith("error: ")
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--run-s", "-3"), ("--run-s", "9999"),
+                                             ("--memory-mib", "0"), ("--cpus", "0"),
+                                             ("--gpu-memory-mib", "3")])
+def test_a_limit_out_of_the_models_range_is_a_usage_error_naming_its_option(
+        flag: str, value: str) -> None:
+    """The Limits model's bounds are the options' ranges: exit 2 with the option named, one
+    JSON error document with --json (it was an "internal error" with pydantic's text)."""
+    good = str(SMALL / "candidates" / "good.py")
+    p = subprocess.run([sys.executable, "-m", "grader.cli", "run", str(SMALL), good, flag, value,
+                        "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 2, p.stdout + p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["error"]["code"] == "usage" and flag in doc["error"]["message"], doc
+    assert "internal" not in p.stdout + p.stderr and "pydantic" not in p.stdout + p.stderr
+
+
+def test_limits_refused_by_the_model_elsewhere_are_a_typed_usage_error() -> None:
+    from grader.errors import UsageError
+    from grader.limits import Limits
+    with pytest.raises(UsageError, match=r"run_s: .*greater than 0; memory_mib"):
+        Limits().override(run_s=-1, memory_mib=3)
