@@ -36,12 +36,12 @@ def overrun(stage: ErrorStage, t0: float, deadline: float, now: float,
     detail.update({f"{role}_answers_s": round(s, 3) for role, s in sorted(answers.items())})
     role, own = max(answers.items(), key=lambda kv: kv[1], default=("candidate", 0.0))
     if own >= 0.5 * spent:
-        return StageFailure(stage, "timeout", f"the {stage} stage ran out of its {budget:.0f} s: "
+        return StageFailure(stage, "timeout", f"the {stage} stage ran out of its {budget:.4g} s: "
                             f"{ROLE_NAMES.get(role, role)}'s own calls took {own:.1f} s of "
                             f"{spent:.1f} s", detail={**detail, "overrun_by": role})
     calls = " and ".join(f"{ROLE_NAMES.get(r, r)}'s calls took {s:.1f} s"
                          for r, s in sorted(answers.items())) or "no side's call was answered"
-    return StageFailure(stage, "harness_timeout", f"the {stage} stage ran out of its {budget:.0f} s "
+    return StageFailure(stage, "harness_timeout", f"the {stage} stage ran out of its {budget:.4g} s "
                         f"while {calls} of {spent:.1f} s (under half): the harness's own work "
                         "(references, checks, a loaded host) used the rest; run again",
                         origin="infrastructure", detail={**detail, "overrun_by": "harness"})
