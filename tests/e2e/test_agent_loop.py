@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,14 +117,17 @@ def test_a_scripted_agent_reads_the_task_benches_and_sees_its_speedup(tmp_path: 
     assert bench["ok"] and bench["correct"], bench
     assert isinstance(bench["median_ms"], float) and bench["median_ms"] > 0
     # The reference ran as a trusted second side of the same run. On the CPU a call as
-    # short as torch.add can sit at the judge clock's floor: then the figure is null and
-    # says so, never a made-up ratio.
+    # short as torch.add can sit at the judge clock's floor, or make the pair's timing
+    # unreliable (an infrastructure error of the pair alone: the candidate's bench stands):
+    # then the figure is null and says which, never a made-up ratio.
     if bench["speedup_vs_reference"] is not None:
         assert bench["speedup_vs_reference"] > 0 and bench["reference_ms"] > 0
         assert bench["reference_source"].startswith("paired")
     else:
-        assert "clock's floor" in bench["unmeasured"]["speedup_vs_reference"] + \
-            bench["unmeasured"].get("reference_ms", ""), bench["unmeasured"]
+        why = bench["unmeasured"]["speedup_vs_reference"] + bench["unmeasured"].get("reference_ms", "")
+        assert "clock's floor" in why or re.search(
+            r"the pair with the reference ended \w+ \(infrastructure\).*the candidate's own "
+            r"benchmark stands", why, re.S), bench["unmeasured"]
 
     accept = seen["accept"]
     assert accept["ok"] and accept["accepted"] and accept["baseline"] == "none", accept
