@@ -26,7 +26,11 @@ def test_a_deciding_run_out_of_time_stops_at_its_look_with_a_verdict(tmp_path: P
     task = tmp_path / "task"
     shutil.copytree(TASK, task)
     spec = json.loads((task / "task.json").read_text())
-    spec["acceptance"].update(looks=[10, 100000], pairs=5, min_pairs=5)
+    # alpha 1e-4 over two looks: 10 pairs give the sign test no bound at its share (5e-5),
+    # so the look at 10 can only say "continue" and the stage's clock decides the stop. At
+    # alpha 0.01 the live rule (the runners' clocks) sometimes rejected by futility at 10 in
+    # this A/A: a verdict too, but with no stop to see (1 of 10 runs, 2026-12-05).
+    spec["acceptance"].update(looks=[10, 100000], pairs=5, min_pairs=5, alpha=1e-4)
     (task / "task.json").write_text(json.dumps(spec))
     report = evaluate(EvalRequest.from_paths(task_dir=task, candidate=GOOD, current=GOOD,
                                              backend=backend_or_skip("bwrap"), device="cpu",
