@@ -11,7 +11,12 @@ saw nothing).
 * **A shared device**: a compute process on one of the sandbox's GPUs that is alive and not
   in the sandbox's tree (its ancestry does not reach the sandbox's root) is another job's.
   Its kernels time-slice with the candidate's, so the host does not let a timing verdict
-  stand on such a run (:mod:`grader.grading.shared_device`).
+  stand on such a run (:mod:`grader.grading.shared_device`). Counted only once the sandbox
+  has its turn at the device (``counting``): a warm sandbox waits at its gate while the
+  evaluation before it computes on the same GPU, and that wait shares nothing: the gate is
+  given back only once the holder's tree is dead. (An H100, 2026-12-05: of three pooled
+  acceptances one after another, the second ended ``foreign_gpu_process``; each sandbox but
+  the first had waited, watched, while the one before it ran.)
 
 Without the package, a driver, or a GPU id NVML can resolve, :attr:`GpuWatch.available` is
 False: the memory limit rests on the allocator cap, and sharing goes unseen (the report's
@@ -40,9 +45,11 @@ def _handle(nvml: Any, gpu_id: str) -> Any:
 
 class GpuWatch(threading.Thread):
     def __init__(self, root_pid: int, gpu_ids: tuple[str, ...], limit_bytes: int | None,
-                 kill: Callable[[], None], interval: float = 0.2) -> None:
+                 kill: Callable[[], None], interval: float = 0.2,
+                 counting: Callable[[], bool] = lambda: True) -> None:
         super().__init__(daemon=True, name=f"kgrader-gpu-watch-{root_pid}")
         self.root_pid, self.limit, self.kill, self.interval = root_pid, limit_bytes, kill, interval
+        self.counting = counting  # False while the sandbox waits for its turn at the device
         self.fired: LimitName | None = None
         self.available = False
         self.foreign: dict[int, str] = {}  # pid -> "pid N (name)" of another job's process
@@ -83,7 +90,7 @@ class GpuWatch(threading.Thread):
                 tree = {root.pid, *(p.pid for p in root.children(recursive=True))}
             except psutil.Error:
                 return
-            used = 0
+            used, counting = 0, self.counting()
             for h in self._handles:
                 try:
                     procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(h)
@@ -92,6 +99,8 @@ class GpuWatch(threading.Thread):
                 for p in procs:
                     if p.pid in tree:
                         used += int(p.usedGpuMemory or 0)
+                    elif not counting:
+                        continue
                     elif p.pid in self.foreign:
                         self._held(p.pid, p.usedGpuMemory)
                     elif p.pid != os.getpid() and self._in_tree(p.pid) is False:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 import types
 from typing import Any
@@ -104,6 +105,37 @@ def test_the_watch_names_a_live_process_outside_the_tree_only(monkeypatch: pytes
         assert list(w.foreign) == [other.pid], w.foreign
         assert w.shared_by() == (f"pid {other.pid} (python3)",) or w.shared_by()[0].startswith(
             f"pid {other.pid} (")
+    finally:
+        for p in (root, other):
+            p.kill()
+            p.wait()
+
+
+def test_the_watch_counts_another_job_only_from_the_sandboxs_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm sandbox waits at its gate while the evaluation before it computes: what it sees
+    then is no sharing, and the memory limit over its own tree still holds throughout."""
+    root, other = subprocess.Popen(SLEEP), subprocess.Popen(SLEEP)
+    try:
+        monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml([root.pid, other.pid]))
+        granted = threading.Event()
+        w = GpuWatch(root.pid, ("0",), None, kill=lambda: None, interval=0.02,
+                     counting=granted.is_set)
+        w.start()
+        time.sleep(0.2)
+        assert not w.foreign and w.shared_by() == ()
+        granted.set()
+        deadline = time.monotonic() + 5
+        while not w.foreign and time.monotonic() < deadline:
+            time.sleep(0.02)
+        w.stop()
+        w.join(5)
+        assert list(w.foreign) == [other.pid]
+        killed: list[bool] = []
+        m = GpuWatch(root.pid, ("0",), 512 << 10, kill=lambda: killed.append(True),
+                     interval=0.02, counting=lambda: False)
+        m.start()
+        m.join(5)
+        assert m.fired == "gpu_memory_limit" and killed and not m.foreign
     finally:
         for p in (root, other):
             p.kill()

@@ -123,8 +123,10 @@ def _supervise(argv: list[str], steps: HostSteps, spec: SandboxSpec,
     end_watch = watch(spec.cancel, kill_tree)  # a cancelled job's sandbox (grader.service)
     gdog = None
     if spec.device == "cuda":
+        turn = spec.gate  # others' work before its grant is no sharing (grader.backends.gate)
         gdog = GpuWatch(proc.pid, spec.gpu_ids,
-                        lim.gpu_memory_mib << 20 if lim.gpu_memory_mib else None, kill_tree)
+                        lim.gpu_memory_mib << 20 if lim.gpu_memory_mib else None, kill_tree,
+                        counting=lambda: turn is None or turn.granted_at is not None)
         gdog.start()
     timed_out = False
     try:
