@@ -10,7 +10,8 @@ runs (on a host with few cores, a start beside a measurement slows it).
 
 Per GPU, pass the device's :class:`MeasureGate`: a warm sandbox touches no device before
 its grant, and its grant waits for the gate, so no two sandboxes of that gate measure at
-once. A sandbox that fails to start is logged and replaced after a back-off; when none can
+once. Without one, a pool on a GPU makes its own, shared by its sandboxes (pools on one
+GPU should share the device's: :class:`grader.pool.pools.Pools` does); on the CPU none. A sandbox that fails to start is logged and replaced after a back-off; when none can
 start, :meth:`take` says why. Only the bwrap backend splits a sandbox's start from its run
 (the docker backend takes the gate before it creates the container), so a pool needs it.
 """
@@ -64,6 +65,8 @@ class Pool:
             raise UsageError(f"a warm pool needs the {warm} backend, not {self.backend.name}: "
                              f"only {warm} starts a sandbox apart from its turn at the device")
         self.template, self.key = template, template_key(template)
+        if gate is None and device != "cpu":  # one evaluation of this pool at the device
+            gate = MeasureGate(f"pool-{device}")
         self.size, self.starters, self.gate = size, starters, gate
         self.idle_s, self.start_s = idle_s, start_s
         self.refill_while_busy = refill_while_busy
