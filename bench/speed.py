@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from grader.backends.gate import MeasureGate  # noqa: E402
 from grader.evaluate import EvalRequest  # noqa: E402
+from grader.formats.kernelbench.importer import IMPORTED_LIMITS  # noqa: E402
 from grader.pool import Pool  # noqa: E402
 from grader.report.model import Report  # noqa: E402
 
@@ -253,7 +254,10 @@ def inline(args: argparse.Namespace, task: Path) -> dict[str, Any]:
         shutil.copytree(task, folder, ignore=shutil.ignore_patterns("candidates"))
         spec = json.loads((folder / "task.json").read_text())
         spec["policy"] = "cuda-inline"  # a native extension: not a kernel-only task
-        spec["limits"] = {**spec.get("limits", {}), "compile_s": 600}
+        # The limits an imported load_inline task gets (grader/formats/kernelbench/importer.py):
+        # nvcc beside the judge's and runners' CUDA processes under the example's 4 GiB was
+        # reclaimed for minutes (an H100, 2026-12-05: no answer in 190 s, twice).
+        spec["limits"] = {**spec.get("limits", {}), **IMPORTED_LIMITS}
         (folder / "task.json").write_text(json.dumps(spec))
         env = {"KGRADER_BUILD_CACHE": str(Path(tmp) / "builds")}
         rows: list[dict[str, Any]] = []
