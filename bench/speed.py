@@ -148,6 +148,7 @@ def mix(args: argparse.Namespace) -> dict[str, Any]:
         jobs = [(tasks[i % len(tasks)], MIX_KINDS[(i // len(tasks)) % len(MIX_KINDS)])
                 for i in range(args.mix)]
         verdicts: dict[str, int] = {}
+        warnings: dict[str, int] = {}  # a pass can carry one (another job on the GPU)
         honest_rejected: list[str] = []
         walls: list[float] = []
         t0 = time.monotonic()
@@ -158,6 +159,8 @@ def mix(args: argparse.Namespace) -> dict[str, Any]:
             walls.append(wall)
             verdict = "ok" if report.ok else (report.errors[0].code if report.errors else "?")
             verdicts[f"{task}/{kind}:{verdict}"] = verdicts.get(f"{task}/{kind}:{verdict}", 0) + 1
+            for w in report.warnings:
+                warnings[w[:100]] = warnings.get(w[:100], 0) + 1
             if kind in ("good", "slow") and not report.ok:
                 honest_rejected.append(f"{task}/{kind}: {verdict}")
         span = time.monotonic() - t0
@@ -167,7 +170,7 @@ def mix(args: argparse.Namespace) -> dict[str, Any]:
     return {"evaluations": len(jobs), "span_s": round(span, 2),
             "per_minute": round(60 * len(jobs) / span, 2),
             "median_wall_s": round(statistics.median(walls), 3), "verdicts": verdicts,
-            "honest_rejected": honest_rejected,
+            "honest_rejected": honest_rejected, "warnings": warnings,
             "pools": {t: p.stats.__dict__ for t, p in pools.items()}}
 
 
@@ -364,6 +367,8 @@ def main() -> None:
         m = result["mix"]
         print(f"{m['per_minute']:.1f} evaluations/min (median {m['median_wall_s']:.2f} s), "
               f"honest rejections: {len(m['honest_rejected'])}")
+        for w, n in sorted(m["warnings"].items(), key=lambda kv: -kv[1]):
+            print(f"  warning x{n}: {w}")
     if args.accept:
         print(f"acceptance: {args.accept} rounds of good vs slow, cold then warm", flush=True)
         result["accept"] = acceptance(args, task)
