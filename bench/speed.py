@@ -111,16 +111,16 @@ def latency(args: argparse.Namespace, task: Path, candidate: Path) -> dict[str, 
                     wall, rep = cold_run(task, candidate, args.device)
                     cold.append(wall)
                     rows.append({"kind": "cold", "round": i, "wall_s": round(wall, 3),
-                                 "ok": rep.get("ok"),
+                                 "ok": rep.get("ok"), "why": _why(rep),
                                  "phases": (rep.get("sandbox") or {}).get("phases")})
                 else:
                     wall, report = warm_run(pool, req)
                     warm.append(wall)
                     rows.append({"kind": "warm", "round": i, "wall_s": round(wall, 3),
-                                 "ok": report.ok,
+                                 "ok": report.ok, "why": _why(report),
                                  "phases": report.sandbox.phases if report.sandbox else None})
-                print(f"  round {i} {kind}: {rows[-1]['wall_s']:.2f} s ok={rows[-1]['ok']}",
-                      flush=True)
+                print(f"  round {i} {kind}: {rows[-1]['wall_s']:.2f} s ok={rows[-1]['ok']}"
+                      f"{rows[-1]['why']}", flush=True)
         stats = pool.stats
     outside = {k: [r["wall_s"] - _stage_s(r["phases"]) for r in rows if r["kind"] == k]
                for k in ("cold", "warm")}
@@ -180,6 +180,19 @@ def _phases(report: dict[str, Any] | Report) -> dict[str, float]:
     return dict((report.get("sandbox") or {}).get("phases") or {})
 
 
+def _why(report: dict[str, Any] | Report) -> str:
+    """What the log keeps of a run beyond its verdict: the first error's message, or a pass's
+    first warning (another job on the GPU), so that a call cut short still says why."""
+    rep = report.model_dump(mode="json") if isinstance(report, Report) else report
+    errs = rep.get("errors") or []
+    if errs and isinstance(errs[0], dict):
+        return f" -- {str(errs[0].get('message'))[:300]}"
+    warns = rep.get("warnings") or []
+    if not rep.get("ok") and rep.get("error"):
+        return f" -- {str(rep['error'])[-300:]}"
+    return f" -- warning: {str(warns[0])[:300]}" if warns else ""
+
+
 def _verdict(report: dict[str, Any] | Report) -> str:
     rep = report.model_dump(mode="json") if isinstance(report, Report) else report
     if rep.get("ok"):
@@ -197,8 +210,9 @@ def acceptance(args: argparse.Namespace, task: Path) -> dict[str, Any]:
     for i in range(args.accept):
         wall, rep = cold_run(task, good, args.device, "--current", str(slow))
         rows.append({"kind": "cold", "round": i, "wall_s": round(wall, 3),
-                     "verdict": _verdict(rep), "phases": _phases(rep)})
-        print(f"  accept cold {i}: {wall:.2f} s {rows[-1]['verdict']}", flush=True)
+                     "verdict": _verdict(rep), "why": _why(rep), "phases": _phases(rep)})
+        print(f"  accept cold {i}: {wall:.2f} s {rows[-1]['verdict']}{rows[-1]['why']}",
+              flush=True)
     req = _request(task, good, args.device, current=slow)
     with Pool(req, size=1, refill_while_busy=args.refill_while_busy == "on") as pool:
         for i in range(args.accept):
@@ -206,8 +220,10 @@ def acceptance(args: argparse.Namespace, task: Path) -> dict[str, Any]:
                 raise SystemExit(f"the pool did not become ready: {pool.last_failure}")
             wall, report = warm_run(pool, req)
             rows.append({"kind": "warm", "round": i, "wall_s": round(wall, 3),
-                         "verdict": _verdict(report), "phases": _phases(report)})
-            print(f"  accept warm {i}: {wall:.2f} s {rows[-1]['verdict']}", flush=True)
+                         "verdict": _verdict(report), "why": _why(report),
+                         "phases": _phases(report)})
+            print(f"  accept warm {i}: {wall:.2f} s {rows[-1]['verdict']}{rows[-1]['why']}",
+                  flush=True)
     out: dict[str, Any] = {"rows": rows}
     for kind in ("cold", "warm"):
         walls = [r["wall_s"] for r in rows if r["kind"] == kind]
@@ -235,8 +251,9 @@ def field(args: argparse.Namespace, example_cold_s: float) -> dict[str, Any]:
         for i in range(args.field):
             wall, rep = cold_run(task, honest, args.device)
             rows.append({"round": i, "wall_s": round(wall, 3), "verdict": _verdict(rep),
-                         "phases": _phases(rep)})
-            print(f"  field cold {i}: {wall:.2f} s {rows[-1]['verdict']}", flush=True)
+                         "why": _why(rep), "phases": _phases(rep)})
+            print(f"  field cold {i}: {wall:.2f} s {rows[-1]['verdict']}{rows[-1]['why']}",
+                  flush=True)
     cold = statistics.median(r["wall_s"] for r in rows)
     return {"task": task.name, "submission": honest.name, "import_s": round(import_s, 2),
             "cold_median_s": round(cold, 3),
@@ -268,9 +285,9 @@ def inline(args: argparse.Namespace, task: Path) -> dict[str, Any]:
             wall, rep = cold_run(folder, cand, args.device, "--policy", "cuda-inline", env=env)
             ph = _phases(rep)
             rows.append({"kind": kind, "wall_s": round(wall, 3), "verdict": _verdict(rep),
-                         "compile_s": ph.get("compile"), "phases": ph})
+                         "why": _why(rep), "compile_s": ph.get("compile"), "phases": ph})
             print(f"  inline {kind}: {wall:.2f} s, compile {ph.get('compile')} s "
-                  f"{rows[-1]['verdict']}", flush=True)
+                  f"{rows[-1]['verdict']}{rows[-1]['why']}", flush=True)
     return {"candidate": cand.name, "rows": rows,
             "compile_first_s": rows[0]["compile_s"], "compile_again_s": rows[1]["compile_s"]}
 
@@ -327,6 +344,14 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _save(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.json.with_suffix(".part")
+        tmp.write_text(json.dumps(result, indent=1))
+        tmp.replace(args.json)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -356,6 +381,7 @@ def main() -> None:
     print(f"latency: {args.rounds} rounds of cold `kgrader run` vs warm, {meta['task']} "
           f"{candidate.name} on {args.device}", flush=True)
     result: dict[str, Any] = {"meta": meta, "latency": latency(args, task, candidate)}
+    _save(args, result)  # after each part: a call killed at its limit keeps what it measured
     lat = result["latency"]
     print(f"cold median {lat['cold_median_s']:.2f} s, warm median {lat['warm_median_s']:.2f} s, "
           f"warm/cold {lat['ratio_warm_over_cold']:.3f}; outside the candidate's stages: cold "
@@ -364,6 +390,7 @@ def main() -> None:
         print(f"throughput: {args.mix} evaluations of the examples' mix through warm pools",
               flush=True)
         result["mix"] = mix(args)
+        _save(args, result)
         m = result["mix"]
         print(f"{m['per_minute']:.1f} evaluations/min (median {m['median_wall_s']:.2f} s), "
               f"honest rejections: {len(m['honest_rejected'])}")
@@ -372,17 +399,18 @@ def main() -> None:
     if args.accept:
         print(f"acceptance: {args.accept} rounds of good vs slow, cold then warm", flush=True)
         result["accept"] = acceptance(args, task)
+        _save(args, result)
     if args.field:
         print(f"imported GPU MODE task: {args.field} cold runs", flush=True)
         result["field"] = field(args, lat["cold_median_s"])
+        _save(args, result)
     if args.inline:
         print("inline extension: graded twice on a fresh build cache", flush=True)
         result["inline"] = inline(args, task)
+        _save(args, result)
     result["table"] = table(result)
     print(result["table"])
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
+    _save(args, result)
     if args.device == "cpu":
         print(f"on the H200 (bwrap, as root): {GPU_COMMAND}")
 
