@@ -23,6 +23,7 @@ import re
 import shutil
 import stat
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,8 +122,26 @@ def resolve_rocm_ids(gpu_ids: tuple[str, ...], topology: Path = KFD_TOPOLOGY) ->
     return tuple(out)
 
 
+TABLE_TTL_S = 60.0
+_table_cache: tuple[float, dict[str, tuple[int, str]]] | None = None
+
+
 def _nvidia_table() -> dict[str, tuple[int, str]]:
-    """``{index or uuid: (device minor, uuid)}`` from nvidia-smi; empty when it is not there."""
+    """``{index or uuid: (device minor, uuid)}`` from nvidia-smi; empty when it is not there.
+
+    Kept for :data:`TABLE_TTL_S`: every GPU sandbox asks twice (its device nodes, then its
+    ``CUDA_VISIBLE_DEVICES``), and a pool or a service starts one after another, while a
+    GPU's index, UUID and minor change only with the driver. An empty answer is not kept."""
+    global _table_cache
+    now = time.monotonic()
+    if _table_cache is not None and now - _table_cache[0] < TABLE_TTL_S:
+        return dict(_table_cache[1])
+    table = _nvidia_query()
+    _table_cache = (now, dict(table)) if table else None
+    return table
+
+
+def _nvidia_query() -> dict[str, tuple[int, str]]:
     exe = shutil.which("nvidia-smi")
     table: dict[str, tuple[int, str]] = {}
     if exe is None:

@@ -25,3 +25,25 @@ def test_without_nvidia_smi_the_selected_gpus_are_the_sandboxs_first(
     monkeypatch.setattr(gpu, "_nvidia_table", dict)
     assert cuda_visible_devices(GpuSelection("cuda", ("1",), False)) == "0"
     assert cuda_visible_devices(GpuSelection("cuda", ("2", "3"), False)) == "0,1"
+
+
+def test_the_table_is_asked_once_a_minute_and_an_empty_answer_is_not_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU sandbox needs the table twice and a pool starts many: nvidia-smi is asked once."""
+    answers = [{}, {"0": (0, UUID0), UUID0: (0, UUID0)}]
+    asked: list[int] = []
+
+    def query() -> dict[str, tuple[int, str]]:
+        asked.append(1)
+        return dict(answers[min(len(asked), len(answers)) - 1])
+
+    monkeypatch.setattr(gpu, "_nvidia_query", query)
+    monkeypatch.setattr(gpu, "_table_cache", None)
+    assert gpu._nvidia_table() == {}  # no driver yet: asked again next time
+    assert gpu._nvidia_table()["0"] == (0, UUID0)
+    table = gpu._nvidia_table()
+    table.clear()  # a caller's copy: the kept table is untouched
+    assert gpu._nvidia_table()["0"] == (0, UUID0) and len(asked) == 2
+    monkeypatch.setattr(gpu, "TABLE_TTL_S", 0.0)
+    gpu._nvidia_table()
+    assert len(asked) == 3
