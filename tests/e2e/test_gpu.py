@@ -7,12 +7,14 @@ ran on an H200 for docs/BENCHMARKS.md through bench/calibration.py and bench/gpu
 from __future__ import annotations
 
 import glob
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from grader.evaluate import EvalRequest, evaluate
+from grader.pool import Pool
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -185,3 +187,23 @@ def test_a_gpu_process_the_candidate_detached_is_still_the_candidates() -> None:
     assert not r.ok and r.errors, r
     assert r.errors[0].origin == "candidate", r.errors
     assert r.errors[0].code in {"runner_spawned_process", "background_thread"}, r.errors
+
+
+def test_a_warm_sandbox_is_not_blamed_for_a_job_that_ended_before_its_turn() -> None:
+    """A warm sandbox waits at its gate while other work computes on the GPU (in a pool, the
+    evaluation before it). What ran and ended before its grant shared nothing with it: its
+    pass carries no warning naming that job. (The host's NVML watch counted it from the
+    sandbox's start before: the likely cause of a pooled acceptance's ``foreign_gpu_process``
+    on an H100.)"""
+    req = EvalRequest.from_paths(task_dir=ROOT / "examples/vector_add",
+                                 candidate=ROOT / "examples/vector_add/candidates/good.py",
+                                 backend="bwrap", device="cuda")
+    with Pool(req, size=1, refill_while_busy=False) as pool:
+        assert pool.wait_ready(timeout=600), pool.last_failure
+        other = _other_job(busy=True)
+        time.sleep(1.0)  # the waiting sandbox's watch samples every 0.2 s
+        other.kill()
+        other.wait()
+        r = pool.evaluate(req)
+    assert r.ok, r.errors
+    assert not any(f"pid {other.pid}" in w for w in r.warnings), r.warnings
