@@ -11,8 +11,9 @@ runs (on a host with few cores, a start beside a measurement slows it).
 Per GPU, pass the device's :class:`MeasureGate`: a warm sandbox touches no device before
 its grant, and its grant waits for the gate, so no two sandboxes of that gate measure at
 once. Without one, a pool on a GPU makes its own, shared by its sandboxes (pools on one
-GPU should share the device's: :class:`grader.pool.pools.Pools` does); on the CPU none. A sandbox that fails to start is logged and replaced after a back-off; when none can
-start, :meth:`take` says why. Only the bwrap backend splits a sandbox's start from its run
+GPU should share the device's: :class:`grader.pool.pools.Pools` does); on the CPU none. A
+sandbox that fails to start is logged and replaced after a back-off; when none can start,
+:meth:`take` says why. Only the bwrap backend splits a sandbox's start from its run
 (the docker backend takes the gate before it creates the container), so a pool needs it.
 """
 
