@@ -50,6 +50,8 @@ SECRET_NAME = ".judge-secret.json"
 BUILDS_NAME = "builds"  # in /kg/in and /kg/out: each source's builds (grader.builds)
 GATE_NAME = ".gate"  # the measurement gate's FIFO (grader.backends.gate), read once, unlinked
 TETHER_ENV = "KGRADER_TETHER"  # "stdin": the host holds it open (sandbox.judge.main.tether)
+# "1" in the host's environment: the judge runs under cProfile, its hot spots in stderr
+PROFILE_ENV = "KGRADER_JUDGE_PROFILE"
 EXIT_HOST_GONE = 75  # the judge's exit status when its tether closed (no record written)
 CANDIDATE_NAME, CURRENT_NAME = "candidate.py", "current.py"
 JUDGE_UID = JUDGE_GID = 65534

@@ -78,6 +78,11 @@ class Evaluation:
         self.calibration: dict[str, Any] | None = None
         self.diagnostics: DiagnosticsRecord | None = None  # sandbox/tools/profiling.py
         self.phases: dict[str, float] = {}
+        # Where each stage's calls spend the judge's time (seconds, "<stage>_<part>"), put
+        # into the phases by record(): prepare (inputs, reference), send (inputs in, poison,
+        # guards, request), wait (the runner's answer), check (everything after it), empty
+        # (the interleaved empty calls).
+        self.split: dict[str, float] = {}
         self.started_wall: float | None = None
         self.runners_opened = 0
         self.nvml_handle: Nvml | None = None  # sandbox.judge.isolation's, opened on first use
@@ -138,6 +143,16 @@ class Evaluation:
         side.longest_s = max(side.longest_s, seconds)
         role = self.roles.get(id(side), "candidate")
         self.answers[role] = self.answers.get(role, 0.0) + seconds
+
+    def spent(self, stage: ErrorStage, part: str, t0: float) -> float:
+        """Add the time since ``perf_counter`` ``t0`` to ``stage``'s ``part``; now."""
+        now = time.perf_counter()
+        key = f"{stage}_{part}"
+        self.split[key] = self.split.get(key, 0.0) + (now - t0)
+        # Kept in the phases as it grows, so that the taint's mark (sandbox.judge.taint)
+        # sees which of them a call after a hidden shape changed.
+        self.phases[key] = round(self.split[key], 4)
+        return now
 
     @staticmethod
     def failure(stage: ErrorStage, e: RunnerFailure, where: dict[str, Any] | None = None) -> StageFailure:
@@ -203,6 +218,7 @@ class Evaluation:
                    where: dict[str, Any], buf: int = 0) -> _Pending:
         """The first half of :meth:`call`: inputs in, outputs poisoned, guards armed, request
         sent; :meth:`_finish_call` takes the answer and checks everything."""
+        t_send = time.perf_counter()
         self.check_clock(stage, deadline)
         self.taint.call(stage, where)  # before the inputs are there to be read
         touched = idle.before_touch(side, stage)  # the runner proven idle before any write
@@ -225,7 +241,7 @@ class Evaluation:
             msg["data"] = data
         waits = cpu_wait.before_call(self.dev, side.runner.proc.pid)
         idle.before_send(side, stage, touched)
-        t0 = time.perf_counter()
+        t0 = self.spent(stage, "send", t_send)
         try:
             side.runner.send(msg)
         except RunnerFailure as e:
@@ -241,7 +257,8 @@ class Evaluation:
             reply = side.runner.receive(self.wait_s(side, deadline))
         except RunnerFailure as e:
             raise self.failure(stage, e, where) from None
-        judge_ms = (time.perf_counter() - p.t0) * 1e3
+        t_back = self.spent(stage, "wait", p.t0)
+        judge_ms = (t_back - p.t0) * 1e3
         idle.replied(side)
         wait_ms = cpu_wait.after_call(p.waits, side.runner.proc.pid, judge_ms)
         self.answered(side, judge_ms / 1e3)
@@ -291,6 +308,7 @@ class Evaluation:
         if why is not None or ms is None:
             raise StageFailure(stage, "timing_inconsistent",
                                f"the runner claimed {reply.get('ms')!r} ms: {why}")
+        self.spent(stage, "check", t_back)
         return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms, "wait_ms": wait_ms,
                 "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
                 "threads": int(reply.get("threads", -1)), "host_ms": host_ms(reply)}
@@ -306,9 +324,11 @@ class Evaluation:
     def timed(self, side: Side, slots: list[Slot], check: bool, stage: ErrorStage,
               inputs: dict[str, torch.Tensor] | None = None, buf: int = 0) -> dict[str, Any]:
         """One timed call on fresh inputs (from the secret phase seed), optionally checked."""
+        t0 = time.perf_counter()
         if inputs is None:
             inputs = self.inputs(slots)
         expected = self.reference(slots, inputs) if check else None
+        self.spent(stage, "prepare", t0)
         return self.call(side, slots, inputs, stage=stage, deadline=self.run_deadline,
                          expected=expected, where={"dims": dict(self.bench_dims), "phase": stage},
                          buf=buf)
@@ -346,6 +366,7 @@ class Evaluation:
         The runner's figures are validated against the judge's own round trip: finite,
         non-negative, and no longer than the round trip that contained them.
         """
+        t_empty = time.perf_counter()
         self.taint.touch(stage)
         idle.before_touch(side, stage)
         waits = cpu_wait.before_call(self.dev, side.runner.proc.pid)
@@ -365,6 +386,7 @@ class Evaluation:
         if why is not None or ms is None or tail is None:
             raise StageFailure(stage, "timing_inconsistent",
                                f"an empty call claimed {r.get('ms')!r} ms: {why}")
+        self.spent(stage, "empty", t_empty)
         return judge_ms, ms, tail, host_ms(r), wait_ms
 
     # ---- result ----------------------------------------------------------------------

@@ -27,6 +27,7 @@ from sandbox.contract.wire import (
     BUILDS_NAME,
     EXIT_HOST_GONE,
     GATE_NAME,
+    PROFILE_ENV,
     RESULT_NAME,
     SECRET_NAME,
     TETHER_ENV,
@@ -143,6 +144,27 @@ def _parse(data: bytes) -> tuple[bytes, JudgeRequest | None, ErrorWire | None]:
         return key, None, _infra("wire_mismatch", str(e))
 
 
+def _profiled(fn, *args):  # type: ignore[no-untyped-def]
+    """``fn(*args)``; under :data:`PROFILE_ENV` (an operator's bench, bench/gpu_speed.sh)
+    with cProfile, its hot spots printed to stderr (the report's ``stderr_tail``)."""
+    if os.environ.get(PROFILE_ENV) != "1":
+        return fn(*args)
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(fn, *args)
+    finally:
+        st = pstats.Stats(prof)
+        for key, n in (("tottime", 18), ("cumulative", 14)):
+            print(f"# judge profile by {key}: tottime cumtime calls where", file=sys.stderr)
+            rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2 if key == "tottime" else 3])  # type: ignore[attr-defined]
+            for (path, line, name), (_cc, nc, tt, ct, _) in rows[:n]:
+                print(f"{tt:.3f} {ct:.3f} {nc} {os.path.basename(path)}:{line}:{name[:40]}",
+                      file=sys.stderr)
+
+
 def main() -> int:
     harden.make_undumpable()
     tether()
@@ -196,7 +218,7 @@ def main() -> int:
         if req.warm:  # a warm judge's phases start at the grant: the wait was idle, not work
             waited, started = 0.0, (time.time(), time.monotonic())
     try:
-        record = run_mode(req, started, waited)
+        record = _profiled(run_mode, req, started, waited)
     except Exception as e:  # the judge's own bug: an infrastructure fault, never a pass
         record = _error_record(req.device, _infra("judge_error",
                                                   "".join(traceback.format_exception(e))))

@@ -68,6 +68,7 @@ from grader.backends.gpu import (
 from grader.backends.owner import owner_alive, owner_gone
 from grader.backends.registry import sandbox_backend
 from grader.errors import SandboxUnavailableError
+from sandbox.contract import wire
 
 log = structlog.get_logger("kgrader.bwrap")
 HARNESS_SRC = Path(__file__).resolve().parents[3] / "sandbox"
@@ -250,6 +251,8 @@ class BwrapBackend(SandboxBackend):
         env = {"PATH": tool_path(), "HOME": SCRATCH_MOUNT, "TMPDIR": SCRATCH_MOUNT,
                "PYTHONPATH": HARNESS_MOUNT, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
                "LANG": "C.UTF-8", **spec.env, DEVICE_GIDS_ENV: ",".join(map(str, gids))}
+        if os.environ.get(wire.PROFILE_ENV) == "1":  # an operator's bench (sandbox.judge.main)
+            env[wire.PROFILE_ENV] = "1"
         if spec.device != "cpu":
             # The driver's and toolkit's locations, and the host's NVLink-multicast opt-outs.
             for key in _GPU_ENV:
