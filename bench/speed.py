@@ -303,8 +303,8 @@ def table(result: dict[str, Any]) -> str:
         mid = sorted(rows, key=lambda r: r["wall_s"])[len(rows) // 2].get("phases") or {}
         return ", ".join(f"{k} {mid[k]:.2f}" for k in keys if isinstance(mid.get(k), int | float))
 
-    keys = ("judge_ready", "runner1_import", "compile", "correctness", "benchmark", "accept",
-            "teardown")
+    keys = ("judge_ready", "runner1_import", "compile", "compile_first_call", "correctness",
+            "benchmark", "accept", "close", "teardown")
     cold = [r for r in lat["rows"] if r["kind"] == "cold"]
     warm = [r for r in lat["rows"] if r["kind"] == "warm"]
     out.append(f"| cold `kgrader run` | {lat['cold_median_s']:.2f} s (median of {len(cold)}) | "

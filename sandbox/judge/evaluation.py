@@ -325,9 +325,13 @@ class Evaluation:
               inputs: dict[str, torch.Tensor] | None = None, buf: int = 0) -> dict[str, Any]:
         """One timed call on fresh inputs (from the secret phase seed), optionally checked."""
         t0 = time.perf_counter()
-        if inputs is None:
+        expected: dict[str, torch.Tensor] | None = None
+        if inputs is None and check:
+            inputs, expected = self.problem.inputs_and_reference(slots, self.rng.getrandbits(62))
+        elif inputs is None:
             inputs = self.inputs(slots)
-        expected = self.reference(slots, inputs) if check else None
+        elif check:
+            expected = self.reference(slots, inputs)
         self.spent(stage, "prepare", t0)
         return self.call(side, slots, inputs, stage=stage, deadline=self.run_deadline,
                          expected=expected, where={"dims": dict(self.bench_dims), "phase": stage},

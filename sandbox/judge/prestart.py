@@ -53,6 +53,7 @@ _ready: dict[str, list[RunnerHandle]] = {}
 _device = "cpu"
 _entry = "launch"
 _deferred = False
+_device_sent: set[int] = set()  # id() of runners asked for their CUDA context, not answered
 
 
 def usable_cpus() -> float:
@@ -128,15 +129,38 @@ def ready_count(path: str) -> int:
     return len(_ready.get(path) or [])
 
 
-def take(path: str) -> RunnerHandle | None:
+def device_ahead(path: str) -> None:
+    """CUDA: the runner :func:`take` will give for ``path`` creates its CUDA context now,
+    beside the judge's (``sandbox.judge.correctness``); :func:`take` takes the answer. A
+    runner that cannot is left to fail its setup, which needs the context anyway."""
+    ready = _ready.get(path) or []
+    if _device != "cuda" or not ready or id(ready[0]) in _device_sent:
+        return
+    with contextlib.suppress(RunnerFailure, OSError):
+        ready[0].send({"op": "device"})
+        _device_sent.add(id(ready[0]))
+
+
+def take(path: str, timeout: float = 60.0) -> RunnerHandle | None:
     """A runner started ahead for ``path``, once, with its module installed; None when
-    there is none. Raises RunnerFailure when a deferred module cannot be installed."""
+    there is none. Raises RunnerFailure when a deferred module cannot be installed.
+    ``timeout``: how long the answer to :func:`device_ahead` may still take."""
     ready = _ready.get(path) or []
     if not ready:
         return None
+    device_done(path, timeout)
     handle = ready.pop(0)
     handle.install()
     return handle
+
+
+def device_done(path: str, timeout: float) -> None:
+    """Wait up to ``timeout`` for the answer to :func:`device_ahead`, whatever it is."""
+    ready = _ready.get(path) or []
+    if ready and id(ready[0]) in _device_sent:
+        _device_sent.discard(id(ready[0]))
+        with contextlib.suppress(RunnerFailure):  # its setup says what is wrong
+            ready[0].receive(timeout, "compile_timeout")
 
 
 def _cpu_states() -> dict[int, tuple[str, int]]:

@@ -78,7 +78,9 @@ def run_mode(req: JudgeRequest, started: tuple[float, float], gate_wait: float =
         ev.errors.append(ev.taint.stamp(_infra("judge_error", e, ev.dev, ev.stage or "sandbox",
                                                 ev.nvml_handle)))
     finally:
+        t = time.monotonic()
         ev.shutdown()
+        ev.phase("close", t)  # runners and the problem process closed, their builds out
     return ev.record()
 
 

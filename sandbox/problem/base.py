@@ -44,6 +44,22 @@ class Problem(abc.ABC):
                   float64: bool = False) -> dict[str, torch.Tensor]:
         """The reference's outputs; ``float64``: evaluated in float64 (``task check``)."""
 
+    def device_ahead(self) -> None:
+        """Start creating this problem's CUDA context where that takes a process of its own
+        (:class:`sandbox.problem.host.RemoteProblem`); nothing here."""
+        return None
+
+    def device_done(self) -> None:
+        """Wait for :meth:`device_ahead`'s work; nothing here."""
+        return None
+
+    def inputs_and_reference(self, slots: list[Slot], seed: int
+                             ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """:meth:`inputs` from ``seed`` and the :meth:`reference`'s outputs for them (a
+        problem process answers both in one round trip)."""
+        inputs = self.inputs(slots, seed)
+        return inputs, self.reference(slots, inputs)
+
     def call_slots(self, slots: list[Slot]) -> list[Slot]:
         """The slots the runner's views are made of, in call order."""
         return slots

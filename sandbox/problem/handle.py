@@ -85,16 +85,29 @@ class ProblemHandle:
 
         Raises :class:`ProblemError` for an error answer, :class:`ProblemDied` when the
         process is gone, silent past ``timeout`` (then killed) or speaks nonsense."""
+        self.send(msg, fds)
+        return self.await_answer(str(msg.get("op")), timeout)
+
+    def send(self, msg: dict[str, Any], fds: list[int] | None = None) -> None:
+        """The first half of :meth:`request`: every request sent is answered, in order."""
         if self.dead:
             raise ProblemDied("problem_gone", "the problem process was already stopped")
         try:
             protocol.send_json(self.wfd, msg)
             if fds:
                 socket.send_fds(self.sock, [b"F"], fds)
+        except (protocol.ChannelClosed, OSError):
+            raise ProblemDied("crashed", self._death()) from None
+
+    def await_answer(self, op: str, timeout: float) -> dict[str, Any]:
+        """The second half of :meth:`request`: the answer to the oldest request (``op``)."""
+        if self.dead:
+            raise ProblemDied("problem_gone", "the problem process was already stopped")
+        try:
             reply = protocol.recv_json(self.rfd, max(0.0, timeout), MAX_REPLY)
         except protocol.ChannelTimeout:
             self.kill()
-            raise ProblemDied("timeout", f"no answer to {msg.get('op')!r} within {timeout:.0f} s; "
+            raise ProblemDied("timeout", f"no answer to {op!r} within {timeout:.0f} s; "
                               "the problem process was killed") from None
         except (protocol.ChannelClosed, OSError):
             raise ProblemDied("crashed", self._death()) from None

@@ -17,6 +17,7 @@ handed it: then the checker was provoked by those outputs, and the side fails
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import math
@@ -58,6 +59,8 @@ class _Layout:
 class RemoteProblem(Problem):
     """A task's problem served by its own process; see the module docstring."""
 
+    _device_sent = _device_pending = False  # device_ahead()
+
     def __init__(self, task: TaskWire, reference: str, dev: str, init_seed: int):
         super().__init__(task, dev)
         self.init_seed = init_seed
@@ -87,9 +90,28 @@ class RemoteProblem(Problem):
         self.notes: list[str] = []  # the problem process's account of its layouts
 
     # ---- talking to the process ----------------------------------------------------------
+    def device_ahead(self) -> None:
+        """Have the process create its CUDA context now, beside the judge's and the
+        runner's (:func:`sandbox.judge.correctness.device_ahead`); the answer is taken
+        before the next request's. Its failure is left to that request (the buffer's
+        import creates the context anyway)."""
+        if self.dev == "cuda" and not self._device_sent:
+            self._device_sent = True
+            with contextlib.suppress(ProblemDied):
+                self.handle.send({"op": "device"})
+                self._device_pending = True
+
+    def device_done(self) -> None:
+        """Wait for :meth:`device_ahead`'s answer, whatever it was."""
+        if self._device_pending:
+            self._device_pending = False
+            with contextlib.suppress(ProblemDied, ProblemError):
+                self.handle.await_answer("device", problem_handle.budget["setup_s"])
+
     def _request(self, what: str, msg: dict[str, Any], timeout: float | None = None,
                  fds: list[int] | None = None) -> dict[str, Any]:
         timeout = problem_handle.budget["call_s"] if timeout is None else timeout
+        self.device_done()
         try:
             return self.handle.request(msg, timeout, fds)
         except ProblemError as e:
@@ -184,6 +206,22 @@ class RemoteProblem(Problem):
         if self.dev == "cuda":
             torch.cuda.synchronize()
         return {s.name: view(base, s).clone() for s in outs}
+
+    def inputs_and_reference(self, slots: list[Slot], seed: int
+                             ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        lay = self._of(slots)
+        base = self._ensure(total_bytes(slots))
+        ins = [s for s in slots if s.role == "input"]
+        outs = [s for s in slots if s.role == "output"]
+        for s in outs:
+            poison(view(base, s))
+        if self.dev == "cuda":  # the process reads what this process's stream wrote
+            torch.cuda.synchronize()
+        self._request("input generator or reference",
+                      {"op": "inputs_reference", "dims": lay.dims, "seed": seed,
+                       "inputs": [_named(s) for s in ins], "outputs": [_named(s) for s in outs]})
+        return ({s.name: view(base, s).clone() for s in ins},
+                {s.name: view(base, s).clone() for s in outs})
 
     def call_slots(self, slots: list[Slot]) -> list[Slot]:
         return [s for s in slots if s.role == "input"] if self.returns else slots

@@ -25,6 +25,7 @@ from sandbox.contract import device_memory
 from sandbox.contract.failure import StageFailure
 from sandbox.contract.wire import TaskWire, _build
 from sandbox.launcher import protocol
+from sandbox.launcher.gpu_share import create_context
 from sandbox.problem.base import Problem
 from sandbox.problem.field import local_problem
 from sandbox.problem.tensors import DTYPES, Slot
@@ -55,6 +56,13 @@ class Server:
         setup = self.problem.runner_setup()
         return {"returns": self.problem.returns, "init": setup.get("init"),
                 "checker": bool(getattr(self.problem, "checker", None))}
+
+    def device_op(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Create this process's CUDA context now (the judge asks at the compile stage's
+        start, so that it is made beside the judge's and the runner's, not after them)."""
+        if self.dev == "cuda":
+            create_context()
+        return {}
 
     def buffer(self, msg: dict[str, Any]) -> dict[str, Any]:
         with socket.socket(fileno=os.dup(self.fd_sock)) as sock:
@@ -100,6 +108,18 @@ class Server:
         outs = p.reference(slots, ins, float64=float64)
         for w in msg["outputs"]:
             self._put(w, outs.get(str(w["name"])), exact=not float64)
+        return {}
+
+    def inputs_reference(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`inputs`, then :meth:`reference` on what was written (one round trip)."""
+        p, slots = self._problem(), self._of(msg)
+        made = p.inputs(slots, int(msg["seed"]))
+        for w in msg["inputs"]:
+            self._put(w, made.get(str(w["name"])), exact=True)
+        ins = {str(w["name"]): self._view(w).clone() for w in msg["inputs"]}
+        outs = p.reference(slots, ins)
+        for w in msg["outputs"]:
+            self._put(w, outs.get(str(w["name"])), exact=True)
         return {}
 
     def verify(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +179,8 @@ class Server:
 
     def serve(self) -> None:
         ops = {"setup": self.setup, "buffer": self.buffer, "layout": self.layout,
-               "inputs": self.inputs, "reference": self.reference, "verify": self.verify}
+               "inputs": self.inputs, "reference": self.reference, "verify": self.verify,
+               "inputs_reference": self.inputs_reference, "device": self.device_op}
         while True:
             try:
                 msg = protocol.recv_json(self.rfd, None, 64 << 20)

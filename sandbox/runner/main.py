@@ -30,7 +30,7 @@ from sandbox.runner import extcache
 from sandbox.runner.boundary import SealBroken
 from sandbox.runner.handlers import Dispositions
 from sandbox.runner.op_audit import AuditTampered, audited, report
-from sandbox.runner.prepare import prepare_triton
+from sandbox.runner.prepare import prepare_triton, prime_backend
 from sandbox.runner.returned import Returned
 from sandbox.runner.timing import Timer, _perf_ns, thread_count
 from sandbox.runner.twin import TwinError, Twins, install
@@ -112,6 +112,17 @@ class Runner:
                                        "message": clean(f"{when} the candidate installed signal "
                                                         f"handler(s): {found}; handlers run code "
                                                         "between calls, outside the timing", 2000)}}
+
+    def device_now(self) -> dict[str, Any]:
+        """Create this runner's CUDA context now, beside the judge's (its setup would)."""
+        t0 = time.monotonic()
+        if self.device == "cuda":
+            from sandbox.launcher.gpu_share import create_context
+
+            create_context()
+            if os.environ.get("TRITON_INTERPRET") != "1":
+                prime_backend()
+        return {"ok": True, "device_s": round(time.monotonic() - t0, 4)}
 
     def setup(self, msg: dict[str, Any]) -> dict[str, Any]:
         t0 = time.monotonic()
@@ -337,7 +348,9 @@ class Runner:
             except closed:
                 return
             op = msg.get("op")
-            if op == "setup":
+            if op == "device":  # harness only: the CUDA context, before the setup
+                reply = self.device_now()
+            elif op == "setup":
                 reply = self.setup(msg)
             elif op == "load":
                 reply = self.load()
