@@ -413,6 +413,11 @@ class Evaluation:
                       taint=self.taint.record(self.diagnostics is not None))
 
     def shutdown(self) -> None:
+        # Every process asked first, then each waited for: their exits overlap.
+        for side in self.sides:
+            side.runner.ask_exit()
+        self.problem.ask_exit()
+        prestart.ask_exit_all()
         for side in list(self.sides):
             self.close_side(side)
         self.problem.close()

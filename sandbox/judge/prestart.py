@@ -214,6 +214,14 @@ def pending() -> dict[int, int]:
     return {**problem_handle.pending(), **{h.proc.pid: h.uid for hs in _ready.values() for h in hs}}
 
 
+def ask_exit_all() -> None:
+    """Tell every runner still waiting to be taken to exit, without waiting (close_all
+    waits)."""
+    for hs in _ready.values():
+        for h in hs:
+            h.ask_exit()
+
+
 def close_all() -> None:
     problem_handle.close_ahead()
     for path in list(_ready):

@@ -44,6 +44,11 @@ class Problem(abc.ABC):
                   float64: bool = False) -> dict[str, torch.Tensor]:
         """The reference's outputs; ``float64``: evaluated in float64 (``task check``)."""
 
+    def ask_exit(self) -> None:
+        """Tell a problem process to exit without waiting (:meth:`close` waits); nothing
+        here."""
+        return None
+
     def device_ahead(self) -> None:
         """Start creating this problem's CUDA context where that takes a process of its own
         (:class:`sandbox.problem.host.RemoteProblem`); nothing here."""

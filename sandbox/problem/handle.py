@@ -18,13 +18,12 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from typing import Any
 
 from sandbox.launcher import harden, identity, protocol
-from sandbox.launcher.proc import spawn_principal
+from sandbox.launcher.proc import spawn_principal, wait_exit
 
 ENTRY = "sandbox.problem.main"
 OWNER = "<problem>"  # identity's owner label for the problem's uid (not a module path)
@@ -123,9 +122,8 @@ class ProblemHandle:
         return _raise(err)
 
     def _death(self) -> str:
-        try:
-            rc = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        rc = wait_exit(self.proc, 5)
+        if rc is None:
             self.kill()
             rc = self.proc.wait()
         self.kill()
@@ -145,22 +143,24 @@ class ProblemHandle:
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
+        wait_exit(self.proc, 5)
 
-    def close(self) -> None:
+    def ask_exit(self) -> None:
+        """Tell the process to exit, without waiting (:meth:`close` waits)."""
         if not self.dead:
             with contextlib.suppress(protocol.ChannelClosed, OSError):
                 protocol.send_json(self.wfd, {"op": "exit"})
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=5)
+
+    def close(self) -> None:
+        if not self.dead:
+            self.ask_exit()
+            wait_exit(self.proc, 5)
         self.kill()
         for fd in (self.wfd, self.rfd):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.sock.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
+        wait_exit(self.proc, 5)
         identity.remove_home(self.identity)  # its processes are dead: nothing writes there now
 
 

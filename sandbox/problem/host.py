@@ -275,6 +275,9 @@ class RemoteProblem(Problem):
     def harness_processes(self) -> dict[int, int]:
         return {} if self.handle.dead else {self.handle.proc.pid: self.handle.uid}
 
+    def ask_exit(self) -> None:
+        self.handle.ask_exit()
+
     def close(self) -> None:
         self.handle.close()
         if isinstance(self._keep, GpuBuffer):
