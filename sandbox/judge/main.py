@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 
 _STARTED = (time.time(), time.monotonic())
 
@@ -144,7 +145,7 @@ def _parse(data: bytes) -> tuple[bytes, JudgeRequest | None, ErrorWire | None]:
         return key, None, _infra("wire_mismatch", str(e))
 
 
-def _profiled(fn, *args):  # type: ignore[no-untyped-def]
+def _profiled(fn: Callable[..., Record], *args: object) -> Record:
     """``fn(*args)``; under :data:`PROFILE_ENV` (an operator's bench, bench/gpu_speed.sh)
     with cProfile, its hot spots printed to stderr (the report's ``stderr_tail``)."""
     if os.environ.get(PROFILE_ENV) != "1":
