@@ -55,12 +55,19 @@ def device_text(report: Report) -> str:
     return text
 
 
+# Where a stage's calls spent the judge's time (sandbox.judge.evaluation.Evaluation.spent):
+# in the JSON's phases, not in the steps line.
+_CALL_SPLIT = tuple(f"{stage}_{part}" for stage in ("compile", "correctness", "benchmark", "accept")
+                    for part in ("prepare", "send", "wait", "check", "empty"))
+
+
 def ordered_steps(phases: dict[str, float]) -> list[tuple[str, float]]:
     """The phases worth a line, in the order they ran (``_STEPS``), not the record's key
     order (which may be alphabetical)."""
     rank = {name: i for i, name in enumerate(_STEPS)}
     kept = [(k, float(v)) for k, v in phases.items()
-            if k.split("_")[0] in rank and isinstance(v, int | float) and not isinstance(v, bool)]
+            if k.split("_")[0] in rank and k not in _CALL_SPLIT
+            and isinstance(v, int | float) and not isinstance(v, bool)]
 
     def key(kv: tuple[str, float]) -> tuple[int, int]:
         name = kv[0]

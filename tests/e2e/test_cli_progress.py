@@ -86,14 +86,19 @@ def test_piped_steps_arrive_as_the_judge_works() -> None:
     assert p.wait(timeout=600) == 0
     ended = time.monotonic()
     reader.join(10)
-    assert json.loads(out)["ok"] is True
+    report = json.loads(out)
+    assert report["ok"] is True
     ready = _first(chunks, b"judge: judge ready s=")
     compiled = _first(chunks, b"judge: compile s=")
     timing = _first(chunks, b"judge: timing running")
     timed = _first(chunks, b"judge: timing s=")
     done = _first(chunks, b" done ok=true")
     assert ready <= compiled <= timing < timed <= done <= ended
-    assert done - compiled > 1.0, (compiled, done)  # not all at once when the sandbox exits
+    # Not all at once when the sandbox exits: compile's line came before the stages after
+    # it ran (most of their time, by the judge's own phases).
+    phases = report["sandbox"]["phases"]
+    after = phases["correctness"] + phases["benchmark"]
+    assert done - compiled > 0.8 * after, (compiled, done, after)
     assert timed - timing > 0.5, (timing, timed)  # "running" told when timing began
     text = b"".join(c for _, c in chunks).decode()
     assert text.count("judge: compile s=") == 1  # told live, not again from the record
