@@ -78,10 +78,10 @@ class Evaluation:
         self.calibration: dict[str, Any] | None = None
         self.diagnostics: DiagnosticsRecord | None = None  # sandbox/tools/profiling.py
         self.phases: dict[str, float] = {}
-        # Where each stage's calls spend the judge's time (seconds, "<stage>_<part>"), put
-        # into the phases by record(): prepare (inputs, reference), send (inputs in, poison,
-        # guards, request), wait (the runner's answer), check (everything after it), empty
-        # (the interleaved empty calls).
+        # Where each stage's calls spend the judge's time (seconds, "<stage>_<part>", also
+        # kept in the phases by spent()): prepare (inputs, reference), send (inputs in,
+        # poison, guards, request), wait (the runner's answer), check (everything after
+        # it), empty (the interleaved empty calls).
         self.split: dict[str, float] = {}
         self.started_wall: float | None = None
         self.runners_opened = 0
