@@ -12,9 +12,12 @@ from sandbox.judge.benchmark import SideClock
 
 
 def _clock(judge: list[float], noop: list[float], waits: list[float] | None = None,
-           noop_waits: list[float] | None = None) -> SideClock:
-    c = SideClock(SimpleNamespace(dev="cpu"), SimpleNamespace(), "accept")  # type: ignore[arg-type]
-    c.judge_ms, c.ms, c.noop_judge = list(judge), list(judge), list(noop)
+           noop_waits: list[float] | None = None, trusted: bool = False,
+           runner: list[float] | None = None) -> SideClock:
+    ev = SimpleNamespace(dev="cpu", warnings=[], trusted=lambda path: trusted)
+    c = SideClock(ev, SimpleNamespace(path="/kg/in/current.py"), "accept")  # type: ignore[arg-type]
+    c.judge_ms, c.noop_judge = list(judge), list(noop)
+    c.ms = list(runner) if runner is not None else list(judge)
     c.waits = list(waits) if waits is not None else [0.0] * len(judge)
     c.noop_waits = list(noop_waits) if noop_waits is not None else [0.0] * len(noop)
     return c
@@ -59,3 +62,21 @@ def test_each_round_trip_less_its_wait_for_a_cpu_is_what_is_timed() -> None:
         [2.0, 2.0, 2.0, 2.0, 2.2])
     # the pooled base of a pair is passed in already less its waits
     assert _clock(judge, noop, waits, noop_waits).samples(base=1.0)[0] == pytest.approx(2.0)
+
+
+def test_the_trusted_reference_inside_the_noise_is_timed_by_its_runner_clock() -> None:
+    """A reference of microseconds (a torch add of 1000 elements) is inside the round trip's
+    noise: its own harness's clock times it, and the report says so. The same figures from
+    untrusted code are still timing_unreliable: a candidate's time is never its word."""
+    judge, noop, runner = [3.5, 3.4, 3.7, 3.3, 3.6], [3.6, 3.5, 3.7], [0.004, 0.005, 0.0, 0.004, 0.006]
+    ref = _clock(judge, noop, trusted=True, runner=runner)
+    assert ref.samples() == pytest.approx([0.004, 0.005, 1e-6, 0.004, 0.006])
+    assert ref.samples(base=3.6) == pytest.approx([0.004, 0.005, 1e-6, 0.004, 0.006])
+    (warning,) = set(ref.ev.warnings)
+    assert "trusted reference" in warning and "runner's own clock" in warning
+    with pytest.raises(StageFailure) as e:
+        _clock(judge, noop, trusted=False, runner=runner).samples()
+    assert e.value.error.code == "timing_unreliable"
+    # a trusted reference the judge's clock does resolve keeps the judge's clock
+    slow = _clock([5.5, 5.4, 5.7], noop, trusted=True, runner=[0.1, 0.1, 0.1])
+    assert slow.samples() == pytest.approx([1.9, 1.8, 2.1])
