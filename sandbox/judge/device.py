@@ -37,7 +37,9 @@ def device_environment(device: str) -> dict[str, Any]:
                     "device_nodes": sorted(n for n in os.listdir("/dev")
                                            if n.startswith("nvidia") and n[6:].isdigit())})
     else:
-        env.update({"device_name": platform.processor() or platform.machine(),
+        # platform.processor() runs `uname -p` in a subprocess (a fork of the judge) for a
+        # name that is empty on Linux anyway
+        env.update({"device_name": platform.machine(),
                     "cpu_count": os.cpu_count(),
                     "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1"})
     return env

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import resource
 
@@ -12,7 +11,7 @@ PR_SET_NO_NEW_PRIVS = 38
 
 
 def _prctl(option: int, arg: int) -> int:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # the process's libc (find_library forks ldconfig)
     return int(libc.prctl(option, arg, 0, 0, 0))
 
 

@@ -27,8 +27,10 @@ import pytest
 from grader.backends.base import SandboxOutcome, SandboxSpec
 from grader.backends.cleanup import current_owner
 from grader.backends.docker import DockerBackend
+from grader.backends.docker.backend import _sweep_containers
 from grader.backends.docker.cleanup import reclaim_containers
 from grader.backends.docker.prereqs import client
+from grader.backends.docker.probe import labelled_owners
 from grader.errors import ImageMissingError, SandboxUnavailableError
 from grader.limits import Limits
 
@@ -290,6 +292,27 @@ def test_cleanup_keeps_a_live_runs_container_unless_asked(backend: DockerBackend
     removed, kept = reclaim_containers(client(), include_live=True, label=label)
     assert len(removed) == 1 and kept == []
     assert _containers(label) == []
+
+
+def test_the_sweep_asks_the_daemon_over_its_socket_and_reclaims_a_gone_owners_container() -> None:
+    """The automatic sweep's first question (no SDK import): the daemon's own list of kgrader
+    containers, with their owner labels; a container whose owner is provably gone is then
+    reclaimed, one of a live owner kept."""
+    label = f"test-probe-{uuid.uuid4().hex[:8]}"
+    host, pid, started = current_owner().rsplit(":", 2)
+    ticks, _, boot = started.partition("-")
+    gone = f"{host}:{pid}:{int(ticks) + 1}-{boot}"  # this pid, another start: provably gone
+    live = _leftover({"kgrader.label": label, "kgrader.owner": current_owner()})
+    dead = _leftover({"kgrader.label": label, "kgrader.owner": gone})
+    try:
+        owners = labelled_owners()
+        assert owners is not None and gone in owners and current_owner() in owners
+        _sweep_containers()
+        assert [c.id for c in _containers(label)] == [live.id]
+    finally:
+        for leftover in (live, dead):
+            with contextlib.suppress(docker.errors.NotFound):
+                leftover.remove(force=True)
 
 
 def test_the_sweep_goes_on_past_a_container_removed_between_list_and_inspect() -> None:

@@ -317,6 +317,12 @@ def _ran_containers() -> bool:
 
 
 def _sweep_containers() -> None:
+    from grader.backends.docker.probe import labelled_owners
+    from grader.backends.owner import owner_gone
+
+    owners = labelled_owners()
+    if owners is not None and not any(owner_gone(o) for o in owners):
+        return  # nothing of a gone owner to reclaim: the SDK is not imported
     try:
         from grader.backends.docker.cleanup import reclaim_containers
         from grader.backends.docker.prereqs import client
