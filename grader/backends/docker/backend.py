@@ -52,6 +52,7 @@ from grader.backends.docker.config import (
     gpu_node_gids,
 )
 from grader.backends.docker.images import build_command, default_image
+from grader.backends.docker.probe import labelled_owners
 from grader.backends.enforcement import (
     DiskEnforcement,
     Enforcement,
@@ -61,6 +62,7 @@ from grader.backends.enforcement import (
 from grader.backends.gate import MAX_WAIT_FACTOR
 from grader.backends.gpu import GpuSelection, resolve_gpu_ids
 from grader.backends.output import collect
+from grader.backends.owner import owner_gone
 from grader.backends.registry import sandbox_backend
 from grader.errors import ImageMissingError, SandboxUnavailableError
 from sandbox.contract.wire import EXIT_HOST_GONE
@@ -317,9 +319,6 @@ def _ran_containers() -> bool:
 
 
 def _sweep_containers() -> None:
-    from grader.backends.docker.probe import labelled_owners
-    from grader.backends.owner import owner_gone
-
     owners = labelled_owners()
     if owners is not None and not any(owner_gone(o) for o in owners):
         return  # nothing of a gone owner to reclaim: the SDK is not imported
