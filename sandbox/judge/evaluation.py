@@ -1,4 +1,5 @@
-"""The judge's evaluation API: sides, deadlines, inputs, reference outputs, checked calls.
+"""The judge's evaluation API: sides, deadlines, inputs, reference outputs, checked calls
+(each made by :mod:`sandbox.judge.call`).
 
 The stages (``compile`` and ``correctness`` in :mod:`sandbox.judge.correctness`, ``benchmark``
 in :mod:`sandbox.judge.benchmark`, ``accept`` in :mod:`sandbox.judge.acceptance`) are built on this
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -28,19 +28,20 @@ from sandbox.contract.wire import (
     TimingRecord,
 )
 from sandbox.judge import cpu_wait, idle, prestart
+from sandbox.judge.call import finish_call, send_call
 from sandbox.judge.checks import check_outputs, correctness_record, track
 from sandbox.judge.clock import overrun
 from sandbox.judge.device import device_environment
 from sandbox.judge.escape import claim_problem
-from sandbox.judge.isolation import check_beside, check_threads
-from sandbox.judge.outputs import collect_outputs, labels, verify_outputs
+from sandbox.judge.isolation import check_beside
+from sandbox.judge.outputs import labels
 from sandbox.judge.reply import host_ms, number
 from sandbox.judge.sides import MIN_WAIT_S, Side, open_sides
 from sandbox.judge.taint import Taint
 from sandbox.launcher.identity import launch_warnings
 from sandbox.launcher.proc import RunnerFailure
 from sandbox.problem.host import make_problem
-from sandbox.problem.tensors import Guards, Slot, poison, same_bytes, total_bytes
+from sandbox.problem.tensors import Slot, total_bytes
 
 if TYPE_CHECKING:
     from sandbox.tools.nvml import Nvml
@@ -210,108 +211,8 @@ class Evaluation:
              stage: ErrorStage, deadline: float, expected: dict[str, torch.Tensor] | None,
              where: dict[str, Any], buf: int = 0) -> dict[str, Any]:
         """Copy inputs in, poison outputs, launch, then check what the runner left."""
-        return self._finish_call(self._send_call(side, slots, inputs, stage=stage, deadline=deadline,
-                                                 expected=expected, where=where, buf=buf))
-
-    def _send_call(self, side: Side, slots: list[Slot], inputs: dict[str, torch.Tensor], *,
-                   stage: ErrorStage, deadline: float, expected: dict[str, torch.Tensor] | None,
-                   where: dict[str, Any], buf: int = 0) -> _Pending:
-        """The first half of :meth:`call`: inputs in, outputs poisoned, guards armed, request
-        sent; :meth:`_finish_call` takes the answer and checks everything."""
-        t_send = time.perf_counter()
-        self.check_clock(stage, deadline)
-        self.taint.call(stage, where)  # before the inputs are there to be read
-        touched = idle.before_touch(side, stage)  # the runner proven idle before any write
-        buf = buf if buf < len(side.bases) else 0
-        views = side.views(slots, buf)
-        for s in slots:
-            if s.role == "input":
-                views[s.name].copy_(inputs[s.name])
-            else:
-                poison(views[s.name])
-        guards = Guards(slots, self.dev, self.rng.getrandbits(62))
-        base = side.bases[buf]
-        guards.arm(base)
-        if self.dev == "cuda":
-            torch.cuda.synchronize()
-        msg: dict[str, Any] = {"op": "call", "buf": buf,
-                               "args": [s.wire() for s in self.problem.call_slots(slots)]}
-        data = self.problem.call_data(slots)
-        if data is not None:
-            msg["data"] = data
-        waits = cpu_wait.before_call(self.dev, side.runner.proc.pid)
-        idle.before_send(side, stage, touched)
-        t0 = self.spent(stage, "send", t_send)
-        try:
-            side.runner.send(msg)
-        except RunnerFailure as e:
-            raise self.failure(stage, e, where) from None
-        return _Pending(side, slots, inputs, views, guards, buf, t0, stage, deadline, expected, where,
-                        waits)
-
-    def _finish_call(self, p: _Pending, isolation: bool = True) -> dict[str, Any]:
-        side, slots, inputs, views, guards, buf = p.side, p.slots, p.inputs, p.views, p.guards, p.buf
-        stage, deadline, expected, where = p.stage, p.deadline, p.expected, p.where
-        base = side.bases[buf]
-        try:
-            reply = side.runner.receive(self.wait_s(side, deadline))
-        except RunnerFailure as e:
-            raise self.failure(stage, e, where) from None
-        t_back = self.spent(stage, "wait", p.t0)
-        judge_ms = (t_back - p.t0) * 1e3
-        idle.replied(side)
-        wait_ms = cpu_wait.after_call(p.waits, side.runner.proc.pid, judge_ms)
-        self.answered(side, judge_ms / 1e3)
-        check_threads(side, stage, "when its call returned,")  # before any output is read
-        if self.problem.returns and expected is not None:
-            collect_outputs(self, side, slots, buf, stage, deadline, judge_ms)
-        breach = guards.first_breach(base)
-        if breach is not None:
-            what, at = breach
-            raise StageFailure(stage, "out_of_bounds_write",
-                               f"the candidate wrote outside its tensors: into the guard band "
-                               f"{what} ({at} bytes in) for dims {where.get('dims')}",
-                               detail={**where, "region": what, "offset": at, "side": side.path})
-        if isolation and stage in ("benchmark", "accept"):
-            check_beside(self, stage)
-        if stage in ("benchmark", "accept") and (reply.get("streams") or reply.get("stream_ok") is False):
-            raise StageFailure(stage, "side_stream",
-                               f"the candidate created {reply.get('streams')} CUDA stream(s) or left "
-                               "the timed stream: its work would escape the timed events")
-        audit = reply.get("audit")
-        if side.audit_ops and not isinstance(audit, dict):
-            raise StageFailure(stage, "op_audit_tampered",
-                               "the runner returned no op audit for a kernel-only launch")
-        if isinstance(audit, dict) and audit.get("compute_ops"):
-            ops = [str(o)[:40] for o in audit["compute_ops"]][:32]
-            raise StageFailure(stage, "torch_compute_in_launch",
-                               f"torch computed inside a kernel-only launch: {', '.join(ops)} "
-                               "(only allocation, views, fills and copies are allowed; host code and "
-                               "autotune hooks see decoys: reset outputs between configs with "
-                               "autotune's reset_to_zero or restore_value)",
-                               detail={**where, "compute_ops": ops,
-                                       "ops": [str(o)[:40] for o in audit.get("ops", [])][:64]})
-        if reply.get("flags_ok") is False:
-            raise StageFailure(stage, "precision_flags_changed",
-                               "the candidate changed the pinned TF32 / precision flags")
-        for s in slots:
-            if s.role == "input" and s.name not in self.problem.scratch \
-                    and not same_bytes(views[s.name], inputs[s.name]):
-                raise StageFailure(stage, "input_mutated",
-                                   f"input {s.name!r} was modified by the candidate", detail=where)
-        if expected is not None:
-            if not getattr(self.problem, "checker_decides", False):  # else: verify_outputs' bound
-                self.check(views, expected, stage, where, decoys=side.audit_ops and not self.problem.returns)
-            verify_outputs(self, slots, inputs, views, stage, where, expected)
-        ms, wall, tail = number(reply.get("ms")), number(reply.get("wall_ms")), number(reply.get("tail_ms", 0.0))
-        why = claim_problem(ms, wall, judge_ms, self.dev)
-        if why is not None or ms is None:
-            raise StageFailure(stage, "timing_inconsistent",
-                               f"the runner claimed {reply.get('ms')!r} ms: {why}")
-        self.spent(stage, "check", t_back)
-        return {"ms": ms, "wall_ms": wall, "judge_ms": judge_ms, "wait_ms": wait_ms,
-                "tail_ms": tail if tail is not None and tail >= 0 else 0.0,
-                "threads": int(reply.get("threads", -1)), "host_ms": host_ms(reply)}
+        return finish_call(self, send_call(self, side, slots, inputs, stage=stage, deadline=deadline,
+                                           expected=expected, where=where, buf=buf))
 
     def check(self, views: dict[str, torch.Tensor], expected: dict[str, torch.Tensor],
               stage: ErrorStage, where: dict[str, Any], decoys: bool = False) -> None:
@@ -344,8 +245,8 @@ class Evaluation:
         pending = []
         for side in sides:
             inputs = self.inputs(slots)
-            pending.append(self._send_call(
-                side, slots, inputs, stage=stage, deadline=self.run_deadline,
+            pending.append(send_call(
+                self, side, slots, inputs, stage=stage, deadline=self.run_deadline,
                 expected=self.reference(slots, inputs),
                 where={"dims": dict(self.bench_dims), "phase": stage}))
         failure: StageFailure | None = None
@@ -353,7 +254,7 @@ class Evaluation:
             try:
                 # One runner's answer can come while another still compiles (Triton runs
                 # gcc under that runner's uid): the process check waits for all of them.
-                self._finish_call(p, isolation=False)
+                finish_call(self, p, isolation=False)
             except StageFailure as e:
                 failure = failure or e
         if failure is not None:
@@ -422,21 +323,3 @@ class Evaluation:
             self.close_side(side)
         self.problem.close()
         prestart.close_all()
-
-
-@dataclass
-class _Pending:
-    """A call sent to a runner whose answer the judge has not read yet."""
-
-    side: Side
-    slots: list[Slot]
-    inputs: dict[str, torch.Tensor]
-    views: dict[str, torch.Tensor]
-    guards: Guards
-    buf: int
-    t0: float
-    stage: ErrorStage
-    deadline: float
-    expected: dict[str, torch.Tensor] | None
-    where: dict[str, Any]
-    waits: cpu_wait.Mark | None = None

@@ -124,14 +124,13 @@ def test_first_calls_together_check_processes_only_after_every_answer(monkeypatc
     ev.run_deadline = 0.0
     monkeypatch.setattr(ev, "inputs", lambda slots: {}, raising=False)
     monkeypatch.setattr(ev, "reference", lambda slots, inputs: {}, raising=False)
-    def send(side: str, *a: Any, **k: Any) -> str:
+    def send(_ev: Any, side: str, *a: Any, **k: Any) -> str:
         log.append(f"send {side}")
         return side
 
-    monkeypatch.setattr(ev, "_send_call", send, raising=False)
-    monkeypatch.setattr(ev, "_finish_call",
-                        lambda p, isolation=True: log.append(f"finish {p} isolation={isolation}"),
-                        raising=False)
+    monkeypatch.setattr(evaluation, "send_call", send)
+    monkeypatch.setattr(evaluation, "finish_call",
+                        lambda _ev, p, isolation=True: log.append(f"finish {p} isolation={isolation}"))
     monkeypatch.setattr(evaluation, "check_beside",
                         lambda ev, stage: log.append(f"processes {stage}"))
     ev.timed_together(["cand", "cur"], [], "accept")  # type: ignore[list-item]
