@@ -23,8 +23,9 @@ On a loaded host a re-run whose timing is unreliable is correct with no speed-up
 (grader.leaderboard.live): it ranks after every measured entry (in CI, the slow entry
 unmeasured and ranked as a speed-up of 1 once sat above the good one's measured 0.0054x).
 Both measured: the good one ranks above the slow one unless their paired intervals overlap
-(on the CPU they mostly do: the reference, a torch add, is inside the judge clock's noise,
-and the paired interval carries that noise); both unmeasured: they share a rank.
+(on the CPU they can: the candidates' judge-clock times carry the round trip's noise; the
+reference, a torch add inside that noise, is timed by its runner's clock); both
+unmeasured: they share a rank.
 """
 
 from __future__ import annotations
