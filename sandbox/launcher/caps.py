@@ -34,9 +34,9 @@ class _Data(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-# The process's own symbols (libc among them): find_library("c") forks `ldconfig -p`, 6-10 ms
+# glibc by its soname: find_library("c") forks `ldconfig -p`, 6-10 ms
 # in every sandbox process, 13 times per evaluation.
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _libc.prctl.restype = ctypes.c_int
 

@@ -11,7 +11,7 @@ PR_SET_NO_NEW_PRIVS = 38
 
 
 def _prctl(option: int, arg: int) -> int:
-    libc = ctypes.CDLL(None, use_errno=True)  # the process's libc (find_library forks ldconfig)
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)  # glibc (find_library forks ldconfig)
     return int(libc.prctl(option, arg, 0, 0, 0))
 
 

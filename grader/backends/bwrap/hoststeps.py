@@ -42,7 +42,7 @@ PR_SET_NO_NEW_PRIVS = 38
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 CAP_NUMBERS = {"SETGID": 6, "SETUID": 7, "NET_ADMIN": 12, "SYS_ADMIN": 21}
 
-_libc = ctypes.CDLL(None, use_errno=True)  # the process's libc; find_library forks ldconfig
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)  # glibc; find_library forks ldconfig
 
 
 def _check(result: int, what: str) -> None:
