@@ -6,13 +6,14 @@ import ctypes
 import os
 import resource
 
+from sandbox.launcher.caps import libc
+
 PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 
 
 def _prctl(option: int, arg: int) -> int:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)  # glibc (find_library forks ldconfig)
-    return int(libc.prctl(option, arg, 0, 0, 0))
+    return int(libc().prctl(option, arg, 0, 0, 0))
 
 
 def make_undumpable() -> None:
