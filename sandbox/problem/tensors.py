@@ -20,6 +20,10 @@ DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64, "int8": torch.int8, "int32": torch.int32, "int64": torch.int64,
     "uint8": torch.uint8, "bool": torch.bool,
 }
+# Dtypes whose every value float32 holds exactly: compare() checks their usual case in
+# float32, with FLOAT32_MARGIN off the tolerance (2**-20, against float32's 2**-24 rounding).
+EXACT_IN_FLOAT32 = frozenset({torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.bool})
+FLOAT32_MARGIN = 1.0 - 2.0 ** -20
 ALIGN = 256
 # Canary bytes before, between and after the tensors of a shared buffer. A kernel without
 # a mask writes up to a block past its output; 64 KiB covers a 16K-element fp32 block.
@@ -186,6 +190,10 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: flo
     if tuple(actual.shape) != tuple(expected.shape) or actual.dtype != expected.dtype:
         return Comparison(False, None, None, 1.0, {"index": [], "expected": None, "actual": None,
                                                    "why": "shape or dtype changed"})
+    if actual.numel() and actual.dtype in EXACT_IN_FLOAT32:
+        fast = _compare_float32(actual, expected, atol, rtol)
+        if fast is not None:
+            return fast
     a = actual.detach().to(torch.float64)
     e = expected.detach().to(torch.float64)
     diff = (a - e).abs()
@@ -200,6 +208,31 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: flo
         if nbad == 0 and math.isfinite(dmax):
             return Comparison(True, dmax, rmax, 0.0, None)
     return _compare_full(a, e, diff, atol, rtol, max_mismatch_fraction)
+
+
+def _compare_float32(actual: torch.Tensor, expected: torch.Tensor, atol: float,
+                     rtol: float) -> Comparison | None:
+    """:func:`compare`'s usual case for dtypes float32 holds exactly
+    (:data:`EXACT_IN_FLOAT32`), in float32 and in place: half the bytes of the float64
+    path, which a timed call's check pays on every call (an fp16 output of 8M elements on an
+    H100: 0.39 ms against 0.69 ms). A pass here is a pass there: every element must be
+    within the tolerance less :data:`FLOAT32_MARGIN`, far wider than float32's rounding of
+    the difference and of the tolerance (a few units of 2**-24), so an element float64 would
+    reject never passes. Anything else (an element near the tolerance, NaN, an infinity)
+    returns None, and the float64 path decides. The figures (largest absolute and relative
+    errors) are float32's, within a few units of 2**-24 of float64's."""
+    d = actual.detach().to(torch.float32)
+    m = expected.detach().to(torch.float32)
+    d.sub_(m).abs_()
+    m.abs_()
+    tol = m.mul(rtol).add_(atol).mul_(FLOAT32_MARGIN)
+    nbad = (d <= tol).logical_not_().sum().to(torch.float32)
+    dmax = d.max()
+    rmax = d.div_(m.clamp_min_(1e-12)).max()
+    bad, dm, rm = torch.stack([nbad, dmax, rmax]).tolist()
+    if bad == 0 and math.isfinite(dm):
+        return Comparison(True, dm, rm, 0.0, None)
+    return None
 
 
 def _compare_full(a: torch.Tensor, e: torch.Tensor, diff: torch.Tensor, atol: float, rtol: float,

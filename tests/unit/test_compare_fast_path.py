@@ -19,11 +19,14 @@ def _full(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float
     return tensors._compare_full(a, e, (a - e).abs(), atol, rtol, frac)
 
 
-def _same(x: tensors.Comparison, y: tensors.Comparison) -> None:
+def _same(x: tensors.Comparison, y: tensors.Comparison, rel: float = 0.0) -> None:
+    """The same verdict, mismatch and first bad element; the same figures, or within
+    ``rel`` of them (float32's figures for the dtypes it holds exactly)."""
     assert x.ok == y.ok and x.mismatch_fraction == y.mismatch_fraction
     assert x.first_bad == y.first_bad
     for p, q in ((x.max_abs, y.max_abs), (x.max_rel, y.max_rel)):
-        assert (p is None and q is None) or (p == q or (math.isnan(p) and math.isnan(q)))
+        assert (p is None and q is None) or (p == q or (math.isnan(p) and math.isnan(q))
+                                             or math.isclose(p, q, rel_tol=rel, abs_tol=0.0))
 
 
 SPECIALS = (0.0, -0.0, float("nan"), float("inf"), float("-inf"), 65504.0, 1e-7)
@@ -49,8 +52,22 @@ def test_every_kind_of_output_gets_the_full_paths_verdict_and_figures(dtype: tor
             a[100] = a[100] + 50
         elif kind == 5:  # every element off
             a = a + 3
+        rel = 2.0 ** -21 if dtype in tensors.EXACT_IN_FLOAT32 else 0.0
         for frac in (0.0, 0.01, 1.0):
-            _same(compare(a, e, 1e-3, 1e-3, frac), _full(a, e, 1e-3, 1e-3, frac))
+            _same(compare(a, e, 1e-3, 1e-3, frac), _full(a, e, 1e-3, 1e-3, frac), rel)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_an_element_at_the_tolerance_gets_the_float64_verdict(dtype: torch.dtype) -> None:
+    # float32's rounding of the difference and of the tolerance could flip an element that
+    # sits on the tolerance: the float32 path leaves every element within its margin of it
+    # to the float64 path, whose verdict stands.
+    e = torch.tensor([1.0, 2.0], dtype=dtype)
+    a = torch.tensor([1.0, 2.0 + 2.0 ** -6], dtype=dtype)  # one unit of bf16 at 2: 2**-6
+    for atol in (2.0 ** -6, 2.0 ** -6 * (1 - 1e-9), 2.0 ** -6 * (1 + 1e-9), 2.0 ** -6 * (1 - 2.0 ** -30)):
+        got, full = compare(a, e, atol, 0.0, 0.0), _full(a, e, atol, 0.0, 0.0)
+        assert got.ok == full.ok
+        _same(got, full)
 
 
 def test_empty_and_mismatched_outputs() -> None:
