@@ -8,6 +8,7 @@ calls through here.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -43,13 +44,16 @@ class Pending:
     expected: dict[str, torch.Tensor] | None
     where: dict[str, Any]
     waits: cpu_wait.Mark | None = None
+    ahead: list[Slot] | None = None  # ask the problem for the next call's inputs meanwhile
 
 
 def send_call(ev: Hub, side: Side, slots: list[Slot], inputs: dict[str, torch.Tensor], *,
                stage: ErrorStage, deadline: float, expected: dict[str, torch.Tensor] | None,
-               where: dict[str, Any], buf: int = 0) -> Pending:
+               where: dict[str, Any], buf: int = 0, ahead: list[Slot] | None = None) -> Pending:
     """The first half of :meth:`Evaluation.call`: inputs in, outputs poisoned, guards armed, request
-    sent; :func:`finish_call` takes the answer and checks everything."""
+    sent; :func:`finish_call` takes the answer and checks everything. ``ahead``: the slots
+    of the next timed call, whose fresh inputs and reference :func:`finish_call` has the
+    problem process make while the judge checks this one."""
     t_send = time.perf_counter()
     ev.check_clock(stage, deadline)
     ev.taint.call(stage, where)  # before the inputs are there to be read
@@ -79,12 +83,11 @@ def send_call(ev: Hub, side: Side, slots: list[Slot], inputs: dict[str, torch.Te
     except RunnerFailure as e:
         raise ev.failure(stage, e, where) from None
     return Pending(side, slots, inputs, views, guards, buf, t0, stage, deadline, expected, where,
-                    waits)
+                   waits, ahead)
 
 def finish_call(ev: Hub, p: Pending, isolation: bool = True) -> dict[str, Any]:
-    side, slots, inputs, views, guards, buf = p.side, p.slots, p.inputs, p.views, p.guards, p.buf
+    side, slots, buf = p.side, p.slots, p.buf
     stage, deadline, expected, where = p.stage, p.deadline, p.expected, p.where
-    base = side.bases[buf]
     try:
         reply = side.runner.receive(ev.wait_s(side, deadline))
     except RunnerFailure as e:
@@ -97,6 +100,35 @@ def finish_call(ev: Hub, p: Pending, isolation: bool = True) -> dict[str, Any]:
     check_threads(side, stage, "when its call returned,")  # before any output is read
     if ev.problem.returns and expected is not None:
         collect_outputs(ev, side, slots, buf, stage, deadline, judge_ms)
+    if p.ahead is None:
+        return _checked(ev, p, reply, judge_ms, wait_ms, t_back, isolation)
+    # The next call's fresh inputs and reference, made by the problem process while the
+    # judge checks this call's outputs: after the returned outputs' copy, whose round trip
+    # is bounded by the judge's own copy, and taken before this function returns, so that
+    # nothing measured after it (an empty call, an idle probe) runs beside the problem's work.
+    # They are the judge's and the problem's alone until the next call writes them in.
+    ev.problem.send_inputs_and_reference(p.ahead, ev.rng.getrandbits(62))
+    try:
+        out = _checked(ev, p, reply, judge_ms, wait_ms, t_back, isolation)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the call's own failure is the one to report
+            ev.problem.take_inputs_and_reference()
+        raise
+    t = time.perf_counter()
+    inputs_next, expected_next = ev.problem.take_inputs_and_reference()
+    ev.ahead = (tuple(p.ahead), inputs_next, expected_next)
+    ev.spent(stage, "prepare", t)
+    return out
+
+
+def _checked(ev: Hub, p: Pending, reply: dict[str, Any], judge_ms: float, wait_ms: float,
+             t_back: float, isolation: bool) -> dict[str, Any]:
+    """What :func:`finish_call` checks once the answer is read: guard bands, what ran
+    beside the call, streams, the op audit, precision flags, inputs unchanged, outputs
+    against the reference, and the runner's timing claims."""
+    side, slots, inputs, views, guards = p.side, p.slots, p.inputs, p.views, p.guards
+    stage, expected, where = p.stage, p.expected, p.where
+    base = side.bases[p.buf]
     breach = guards.first_breach(base)
     if breach is not None:
         what, at = breach

@@ -18,9 +18,14 @@ from sandbox.contract.wire import ErrorStage, JudgeRequest, TaskWire
 from sandbox.judge.taint import Taint
 from sandbox.launcher.proc import RunnerFailure, RunnerHandle
 from sandbox.problem.base import Problem
+from sandbox.problem.tensors import Slot
 
 if TYPE_CHECKING:
     from sandbox.tools.nvml import Nvml  # loaded on CUDA only
+
+
+# A timed call's fresh inputs and their reference, made ahead: (slots, inputs, expected)
+Ahead = tuple[tuple[Slot, ...], dict[str, torch.Tensor], dict[str, torch.Tensor]]
 
 
 class SideLike(Protocol):
@@ -50,6 +55,7 @@ class Hub(Protocol):
     nvml_handle: Nvml | None
     rng: random.Random
     taint: Taint
+    ahead: Ahead | None
 
     def left(self, deadline: float) -> float: ...
     def check_clock(self, stage: ErrorStage, deadline: float) -> None: ...

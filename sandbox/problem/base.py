@@ -30,6 +30,7 @@ class Problem(abc.ABC):
     def __init__(self, task: TaskWire, dev: str):
         self.task, self.dev = task, dev
         self.scratch: frozenset[str] = frozenset()  # inputs the candidate may write
+        self._asked: tuple[list[Slot], int] | None = None  # send_inputs_and_reference()
 
     @abc.abstractmethod
     def layout(self, dims: dict[str, int]) -> list[Slot]:
@@ -64,6 +65,19 @@ class Problem(abc.ABC):
         problem process answers both in one round trip)."""
         inputs = self.inputs(slots, seed)
         return inputs, self.reference(slots, inputs)
+
+    def send_inputs_and_reference(self, slots: list[Slot], seed: int) -> None:
+        """Ask for :meth:`inputs_and_reference` now, to take it later
+        (:meth:`take_inputs_and_reference`): a problem served by a process of its own works
+        on it meanwhile; here it is only remembered."""
+        self._asked = (slots, seed)
+
+    def take_inputs_and_reference(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The answer to :meth:`send_inputs_and_reference`."""
+        if self._asked is None:
+            raise RuntimeError("take_inputs_and_reference() without a request")
+        (slots, seed), self._asked = self._asked, None
+        return self.inputs_and_reference(slots, seed)
 
     def call_slots(self, slots: list[Slot]) -> list[Slot]:
         """The slots the runner's views are made of, in call order."""

@@ -42,6 +42,7 @@ from sandbox.problem.tensors import DTYPES, Slot, layout, poison, total_bytes, v
 MAX_TENSORS = 256
 MAX_ELEMENTS = 1 << 36
 _CODES = {"reference_failed", "unsupported_dtype", "needs_cuda", "device_out_of_memory"}
+IR_WHAT = "input generator or reference"  # what a failure of inputs_reference names
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 
 
@@ -60,6 +61,9 @@ class RemoteProblem(Problem):
     """A task's problem served by its own process; see the module docstring."""
 
     _device_sent = _device_pending = False  # device_ahead()
+    # send_inputs_and_reference()'s slots and buffer while its answer is out; then the answer
+    _ahead: tuple[list[Slot], torch.Tensor] | None = None
+    _early: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None
 
     def __init__(self, task: TaskWire, reference: str, dev: str, init_seed: int):
         super().__init__(task, dev)
@@ -112,17 +116,42 @@ class RemoteProblem(Problem):
                  fds: list[int] | None = None) -> dict[str, Any]:
         timeout = problem_handle.budget["call_s"] if timeout is None else timeout
         self.device_done()
+        self._drain()
         try:
             return self.handle.request(msg, timeout, fds)
-        except ProblemError as e:
-            code = e.code if e.code in _CODES else "reference_failed"
-            raise infrastructure(code, f"the problem's {what} failed: {_text(e.message)}") from None
+        except (ProblemError, ProblemDied) as e:
+            raise self._failed(what, e) from None
+
+    def _send(self, what: str, msg: dict[str, Any]) -> None:
+        """The first half of :meth:`_request`. Before either, a request sent ahead and not
+        yet taken (:meth:`send_inputs_and_reference`) is read and kept for its taker:
+        answers come in order, so no answer is ever read as another request's."""
+        self.device_done()
+        self._drain()
+        try:
+            self.handle.send(msg)
         except ProblemDied as e:
-            raise infrastructure("reference_failed", f"the problem process failed in its "
-                                 f"{what} ({e.code}): {_text(e.message)}") from None
+            raise self._failed(what, e) from None
+
+    def _await(self, what: str, op: str, timeout: float | None = None) -> dict[str, Any]:
+        """The second half of :meth:`_request`: the answer to the oldest request."""
+        timeout = problem_handle.budget["call_s"] if timeout is None else timeout
+        try:
+            return self.handle.await_answer(op, timeout)
+        except (ProblemError, ProblemDied) as e:
+            raise self._failed(what, e) from None
+
+    @staticmethod
+    def _failed(what: str, e: ProblemError | ProblemDied) -> Exception:
+        if isinstance(e, ProblemError):
+            code = e.code if e.code in _CODES else "reference_failed"
+            return infrastructure(code, f"the problem's {what} failed: {_text(e.message)}")
+        return infrastructure("reference_failed", f"the problem process failed in its "
+                              f"{what} ({e.code}): {_text(e.message)}")
 
     def _ensure(self, nbytes: int) -> torch.Tensor:
         """The shared buffer, at least ``nbytes`` long (a new one is handed over if not)."""
+        self._drain()  # before the buffer its answer is in can be replaced
         if self._buf is not None and self._buf.numel() >= nbytes:
             return self._buf
         nbytes = max(nbytes, 2 * (self._buf.numel() if self._buf is not None else 0))
@@ -209,6 +238,12 @@ class RemoteProblem(Problem):
 
     def inputs_and_reference(self, slots: list[Slot], seed: int
                              ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        self.send_inputs_and_reference(slots, seed)
+        return self.take_inputs_and_reference()
+
+    def send_inputs_and_reference(self, slots: list[Slot], seed: int) -> None:
+        """The request of :meth:`inputs_and_reference`, sent now: the process works on it
+        while the judge does other work; :meth:`take_inputs_and_reference` reads it."""
         lay = self._of(slots)
         base = self._ensure(total_bytes(slots))
         ins = [s for s in slots if s.role == "input"]
@@ -217,11 +252,29 @@ class RemoteProblem(Problem):
             poison(view(base, s))
         if self.dev == "cuda":  # the process reads what this process's stream wrote
             torch.cuda.synchronize()
-        self._request("input generator or reference",
-                      {"op": "inputs_reference", "dims": lay.dims, "seed": seed,
-                       "inputs": [_named(s) for s in ins], "outputs": [_named(s) for s in outs]})
-        return ({s.name: view(base, s).clone() for s in ins},
-                {s.name: view(base, s).clone() for s in outs})
+        self._early = None  # an answer asked ahead and never taken is dropped
+        self._send(IR_WHAT, {"op": "inputs_reference", "dims": lay.dims, "seed": seed,
+                             "inputs": [_named(s) for s in ins],
+                             "outputs": [_named(s) for s in outs]})
+        self._ahead = (slots, base)
+
+    def take_inputs_and_reference(self) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        self._drain()
+        got, self._early = self._early, None
+        if got is None:
+            raise infrastructure("judge_error", "no inputs were asked of the problem process")
+        return got
+
+    def _drain(self) -> None:
+        """Read the answer to a request sent ahead, if one is out, into ``_early``: copies
+        of the buffer it was written into, made before anything else is asked (or the
+        buffer replaced)."""
+        if self._ahead is None:
+            return
+        (slots, base), self._ahead = self._ahead, None
+        self._await(IR_WHAT, "inputs_reference")
+        self._early = ({s.name: view(base, s).clone() for s in slots if s.role == "input"},
+                       {s.name: view(base, s).clone() for s in slots if s.role == "output"})
 
     def call_slots(self, slots: list[Slot]) -> list[Slot]:
         return [s for s in slots if s.role == "input"] if self.returns else slots
