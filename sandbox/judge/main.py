@@ -41,7 +41,7 @@ from sandbox.contract.wire import (
     request_from_json,
 )
 from sandbox.judge import progress
-from sandbox.launcher import builds, harden
+from sandbox.launcher import builds, driver, harden
 
 OUT = os.environ.get("KGRADER_OUT", "/kg/out")
 SECRET = os.path.join(OUT, SECRET_NAME)
@@ -189,6 +189,7 @@ def main() -> int:
 
     builds.configure(req.builds)  # closing runners copy their builds out for the host
     prestart.start(req)
+    driver.start(req.device)  # beside torch's import below; no context before the grant
     # torch is imported only now, after the secret file is gone and the process is hardened.
     try:
         from sandbox.judge.run import run_mode

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from sandbox.launcher import harden
+from sandbox.launcher import driver, harden
 
 
 def arg_parser() -> argparse.ArgumentParser:
@@ -33,9 +33,11 @@ def main() -> None:
         sys.stderr.write(f"kgrader-problem: lockdown failed: {e}\n")
         sys.stderr.flush()
         os._exit(harden.LOCKDOWN_EXIT)
+    cuinit = driver.start(args.device)  # beside torch's import: no context made
     # Imported only now, confined: it imports torch, and then the problem's own code.
     from sandbox.problem.serve import serve
 
+    driver.wait(cuinit)
     serve(args.read_fd, args.write_fd, args.fd_sock, args.device)
     sys.stdout.flush()
     os._exit(0)

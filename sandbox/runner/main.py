@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from sandbox.contract.text import NAME_CAP, clean
-from sandbox.launcher import harden, protocol
+from sandbox.launcher import driver, harden, protocol
 from sandbox.launcher.proc import runner_arg_parser
 from sandbox.problem.tensors import DTYPES
 from sandbox.runner import extcache
@@ -380,8 +380,10 @@ def main() -> None:
     global _PREPARE_S
     args = runner_arg_parser().parse_args()
     harden.lock_down_runner()  # own uid, no caps, seccomp: before the candidate is imported
+    cuinit = driver.start(args.device)  # beside Triton's preparation: no context made
     _PREPARE_S = prepare_triton(args.device)
     extcache.install()  # load_inline keeps its builds for this source's next runners
+    driver.wait(cuinit)  # ended before the judge counts this runner's threads
     Runner(args).serve()
     sys.stdout.flush()
     os._exit(0)
