@@ -228,7 +228,11 @@ class Evaluation:
 
     def timed(self, side: Side, slots: list[Slot], check: bool, stage: ErrorStage,
               inputs: dict[str, torch.Tensor] | None = None, buf: int = 0) -> dict[str, Any]:
-        """One timed call on fresh inputs (from the secret phase seed), optionally checked."""
+        """One timed call on fresh inputs (from the secret phase seed), optionally checked.
+        Where every timed call is checked (the default ``timed_check_fraction``), the next
+        call's fresh inputs and reference are made while this one is checked
+        (:func:`sandbox.judge.call.finish_call`); with a sampled fraction they are not, so
+        that no reference is computed for a call that is not checked."""
         t0 = time.perf_counter()
         expected: dict[str, torch.Tensor] | None = None
         fresh = inputs is None
@@ -245,7 +249,7 @@ class Evaluation:
         return finish_call(self, send_call(
             self, side, slots, inputs, stage=stage, deadline=self.run_deadline, expected=expected,
             where={"dims": dict(self.bench_dims), "phase": stage}, buf=buf,
-            ahead=slots if fresh else None))
+            ahead=slots if fresh and self.task.correctness.timed_check_fraction >= 1.0 else None))
 
     def timed_together(self, sides: list[Side], slots: list[Slot], stage: ErrorStage) -> None:
         """One checked, discarded call per side, sent to all of them before any answer is
