@@ -267,14 +267,16 @@ class RemoteProblem(Problem):
 
     def _drain(self) -> None:
         """Read the answer to a request sent ahead, if one is out, into ``_early``: copies
-        of the buffer it was written into, made before anything else is asked (or the
-        buffer replaced)."""
+        of the buffer it was written into, made (and on CUDA finished) before anything else
+        is asked or the buffer replaced."""
         if self._ahead is None:
             return
         (slots, base), self._ahead = self._ahead, None
         self._await(IR_WHAT, "inputs_reference")
         self._early = ({s.name: view(base, s).clone() for s in slots if s.role == "input"},
                        {s.name: view(base, s).clone() for s in slots if s.role == "output"})
+        if self.dev == "cuda":  # the copies done before the process may write the buffer again
+            torch.cuda.synchronize()
 
     def call_slots(self, slots: list[Slot]) -> list[Slot]:
         return [s for s in slots if s.role == "input"] if self.returns else slots
