@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from sandbox.problem import host
+from sandbox.problem.handle import ProblemDied
 from sandbox.problem.host import RemoteProblem
 from sandbox.problem.tensors import Slot, total_bytes, view
 
@@ -89,4 +90,19 @@ def test_an_answer_never_taken_is_dropped_not_given_for_a_later_request(prob: Re
     prob.send_inputs_and_reference(SLOTS, 8)
     assert _values(prob.take_inputs_and_reference()) == (8.0, 8.5)
     with pytest.raises(Exception, match="no inputs were asked"):
+        prob.take_inputs_and_reference()
+
+
+def test_an_answer_kept_is_not_given_for_a_later_request_that_failed(prob: RemoteProblem) -> None:
+    prob.send_inputs_and_reference(SLOTS, 7)
+    prob._request("layout", {"op": "layout"})  # reads 7's answer out and keeps it
+    fake: Any = prob.handle
+
+    def refuse(msg: dict[str, Any], fds: Any = None) -> None:
+        raise ProblemDied("crashed", "gone")
+
+    fake.send = refuse
+    with pytest.raises(Exception, match="problem process failed"):
+        prob.send_inputs_and_reference(SLOTS, 8)
+    with pytest.raises(Exception, match="no inputs were asked"):  # never 7's, for 8
         prob.take_inputs_and_reference()
