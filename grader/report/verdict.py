@@ -10,8 +10,12 @@ Nothing here is a new statistic: every figure comes from the acceptance record
   order-statistic bounds on the median of ``d`` at the deciding look, each one-sided at
   ``alpha_per_look``: together a ``1 - 2 * alpha_per_look`` interval (98% at the
   default alpha 0.01 over one look);
-* in a candidate's copy whose figures are withheld (:mod:`grader.report.withhold`) only the
-  paired medians are left: the speed-up is their ratio, with no interval.
+* in a candidate's copy whose figures are withheld (:mod:`grader.report.withhold`) the
+  speed-up is the coarse ``improvement_fraction`` said as a ratio, ``1 / (1 - f)``: the
+  median of the pairs' ratios, as above, so the words and the fraction the copy keeps never
+  disagree on the side of 1; with no interval. (The ratio of the two sides' paired medians,
+  also kept, is used only when the fraction is absent: under noise it can fall on the
+  other side of 1.)
 
 The words: **faster** (accepted, or the whole interval above 1 but short of the task's
 margin), **slower** (the whole interval below 1), **same within noise** (the interval
@@ -138,14 +142,14 @@ def acceptance_verdict(a: AcceptanceResult, than: str = "the current best") -> V
                          _num(nums, "median_d"))
     alpha = _num(nums, "alpha_per_look")
     if mid_d is None:  # a copy with the figures withheld, or no valid pairs
-        s = _paired_speedup(a) or improvement_speedup(a.improvement_fraction)
+        s = improvement_speedup(a.improvement_fraction) or _paired_speedup(a)
         if s is None:
             why = "no valid pairs" if a.pairs else "no pairs"
             return Verdict("not_measured", a.accepted, None, None, None, None,
                            f"not measured ({why}), {end}")
         kind: Kind = "faster" if a.accepted or s > 1 else "slower" if s < 1 else "same"
         return Verdict(kind, a.accepted, s, None, None, None,
-                       f"{speed_words(s, than, 'paired medians; interval withheld')}, {end}{rep}")
+                       f"{speed_words(s, than, 'median of pairs; interval withheld')}, {end}{rep}")
     s = math.exp(-mid_d)
     if hi_d is None or lo_d is None or alpha is None:
         return Verdict("ambiguous", a.accepted, s, None, None, None,

@@ -83,15 +83,33 @@ def test_the_interval_is_the_sign_tests_order_statistic_bounds() -> None:
     assert v.low < v.speedup < v.high and v.kind == "faster" and v.accepted
 
 
-def test_a_candidates_copy_with_the_figures_withheld_says_the_paired_medians_only() -> None:
+def test_a_candidates_copy_with_the_figures_withheld_says_its_coarse_fraction_only() -> None:
     good, slow = _public("good_vs_slow"), _public("slow_vs_good")
-    assert _lines(good)[1] == ("  acceptance: 39.7x faster than the current best (paired medians; "
-                               "interval withheld), accepted; the independent replicate "
+    # improvement_fraction kept to 3 digits (0.975, -38.2) said as a ratio, 1 / (1 - f)
+    assert _lines(good)[1] == ("  acceptance: 40.0x faster than the current best (median of "
+                               "pairs; interval withheld), accepted; the independent replicate "
                                "measured 38.5x")
-    assert _lines(slow)[1] == ("  acceptance: 38.9x slower than the current best (0.0257x, paired "
-                               "medians; interval withheld), rejected")
+    assert _lines(slow)[1] == ("  acceptance: 39.2x slower than the current best (0.0255x, median "
+                               "of pairs; interval withheld), rejected")
     for r in (good, slow):
         assert "CI" not in _lines(r)[1]
+
+
+def test_withheld_words_never_sit_on_the_other_side_of_1_from_the_kept_fraction() -> None:
+    """Under noise the two sides' paired medians can order one way and the pairs' median
+    ratio the other (an A/A run: 1.05x by the medians, improvement_fraction -0.028); the
+    words follow the fraction the copy keeps."""
+    a = _public("good_vs_slow").acceptance
+    assert a is not None
+    rules = [r.model_copy(update={"numbers": {**r.numbers, "median_current_ms": 1.05,
+                                              "median_candidate_ms": 1.0}}) for r in a.rules]
+    for f, kind in ((-0.0279, "slower"), (0.0279, "faster"), (0.0, "same")):
+        v = acceptance_verdict(a.model_copy(update={"rules": rules, "accepted": False,
+                                                    "improvement_fraction": f}))
+        assert v.kind == kind and v.speedup == pytest.approx(1 / (1 - f)), (f, v)
+    v = acceptance_verdict(a.model_copy(update={"rules": rules, "accepted": False,
+                                                "improvement_fraction": None}))
+    assert v.kind == "faster" and v.speedup == pytest.approx(1.05)  # no fraction: the medians
 
 
 @pytest.mark.parametrize("name", ["good_vs_slow", "slow_vs_good", "wrong", "broken"])
