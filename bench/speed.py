@@ -112,13 +112,15 @@ def latency(args: argparse.Namespace, task: Path, candidate: Path) -> dict[str, 
                     cold.append(wall)
                     rows.append({"kind": "cold", "round": i, "wall_s": round(wall, 3),
                                  "ok": rep.get("ok"), "why": _why(rep),
-                                 "phases": (rep.get("sandbox") or {}).get("phases")})
+                                 "phases": (rep.get("sandbox") or {}).get("phases"),
+                                 "escape": _escape(rep)})
                 else:
                     wall, report = warm_run(pool, req)
                     warm.append(wall)
                     rows.append({"kind": "warm", "round": i, "wall_s": round(wall, 3),
                                  "ok": report.ok, "why": _why(report),
-                                 "phases": report.sandbox.phases if report.sandbox else None})
+                                 "phases": report.sandbox.phases if report.sandbox else None,
+                                 "escape": _escape(report)})
                 print(f"  round {i} {kind}: {rows[-1]['wall_s']:.2f} s ok={rows[-1]['ok']}"
                       f"{rows[-1]['why']}", flush=True)
         stats = pool.stats
@@ -193,6 +195,28 @@ def _why(report: dict[str, Any] | Report) -> str:
     return f" -- warning: {str(warns[0])[:300]}" if warns else ""
 
 
+ESCAPE_KEYS = ("hidden_ms", "budget_ms", "noise_ms", "judge_minus_ms", "noop_overhead_ms",
+               "runner_pre_ms", "runner_post_ms", "noop_runner_pre_ms", "noop_runner_post_ms",
+               "tail_hidden_ms", "tail_budget_ms")
+
+
+def _escape(report: dict[str, Any] | Report) -> dict[str, dict[str, float]]:
+    """The escape check's figures (sandbox.judge.escape): each side's benchmark stage, and
+    the failing check's detail when a run ended on it, so that a run says how close its
+    judge-clock difference came to the budget, and where the difference arose."""
+    rep = report.model_dump(mode="json") if isinstance(report, Report) else report
+    out: dict[str, dict[str, float]] = {}
+    errs = rep.get("errors") or []
+    found = [("candidate", (rep.get("timing") or {}).get("escape")),
+             ("current", (rep.get("timing_current") or {}).get("escape")),
+             ("failed", errs[0].get("detail") if errs and isinstance(errs[0], dict) else None)]
+    for name, esc in found:
+        if isinstance(esc, dict) and "hidden_ms" in esc:
+            out[name] = {k: round(float(esc[k]), 4) for k in ESCAPE_KEYS
+                         if isinstance(esc.get(k), int | float)}
+    return out
+
+
 def _verdict(report: dict[str, Any] | Report) -> str:
     rep = report.model_dump(mode="json") if isinstance(report, Report) else report
     if rep.get("ok"):
@@ -210,7 +234,8 @@ def acceptance(args: argparse.Namespace, task: Path) -> dict[str, Any]:
     for i in range(args.accept):
         wall, rep = cold_run(task, good, args.device, "--current", str(slow))
         rows.append({"kind": "cold", "round": i, "wall_s": round(wall, 3),
-                     "verdict": _verdict(rep), "why": _why(rep), "phases": _phases(rep)})
+                     "verdict": _verdict(rep), "why": _why(rep), "phases": _phases(rep),
+                     "escape": _escape(rep)})
         print(f"  accept cold {i}: {wall:.2f} s {rows[-1]['verdict']}{rows[-1]['why']}",
               flush=True)
     req = _request(task, good, args.device, current=slow)
@@ -221,7 +246,7 @@ def acceptance(args: argparse.Namespace, task: Path) -> dict[str, Any]:
             wall, report = warm_run(pool, req)
             rows.append({"kind": "warm", "round": i, "wall_s": round(wall, 3),
                          "verdict": _verdict(report), "why": _why(report),
-                         "phases": _phases(report)})
+                         "phases": _phases(report), "escape": _escape(report)})
             print(f"  accept warm {i}: {wall:.2f} s {rows[-1]['verdict']}{rows[-1]['why']}",
                   flush=True)
     out: dict[str, Any] = {"rows": rows}
