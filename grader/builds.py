@@ -31,12 +31,11 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
-import structlog
-
 from grader import __version__
+from grader.logs import get_logger
 from sandbox.contract import wire
 
-log = structlog.get_logger()
+log = get_logger()
 
 ENV = "KGRADER_BUILD_CACHE"
 SIZE_ENV = "KGRADER_BUILD_CACHE_MIB"

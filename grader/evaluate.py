@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Literal
 
-import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from grader import __version__
@@ -29,6 +28,7 @@ from grader.errors import UsageError
 from grader.grading.summary import build_report, no_record_error
 from grader.judgecall import Staged, judge_run, limits_wire, read_record, resolve_device
 from grader.limits import Limits
+from grader.logs import get_logger
 from grader.measure.floors import floor_ms
 from grader.report.model import CandidateInfo, Report, ReportError, SandboxInfo
 from grader.report.record import ResultProblem
@@ -38,7 +38,7 @@ from grader.shapes import draw_shapes
 from grader.task import TaskSpec, load_task
 from sandbox.contract import wire
 
-log = structlog.get_logger("kgrader.evaluate")
+log = get_logger("kgrader.evaluate")
 StageName = Literal["compile", "correctness", "benchmark"]
 DeviceName = Literal["auto", "cpu", "cuda", "rocm"]
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
+from grader.logs import get_logger
 
-log = structlog.get_logger("kgrader.cgroups")
+log = get_logger("kgrader.cgroups")
 ROOT = Path("/sys/fs/cgroup")
 
 

@@ -32,12 +32,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from grader.backends.base import Reclaimed
 from grader.backends.owner import current_owner, owner_alive, owner_gone, owner_of
 from grader.backends.registry import backend_classes
 from grader.errors import HostDiskFullError
+from grader.logs import get_logger
 
 # The owner tokens live in grader.backends.owner (a leaf the docker backend imports too);
 # they are re-exported here, beside the markers that carry them.
@@ -62,7 +61,7 @@ __all__ = [
     "temp_base",
 ]
 
-log = structlog.get_logger("kgrader.cleanup")
+log = get_logger("kgrader.cleanup")
 
 # Room an evaluation folder needs on the host: sealed sources, the secret, the judge's
 # record (capped by limits.result_bytes) and the backend's own files.

@@ -24,11 +24,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
-
+from grader.logs import get_logger
 from sandbox.contract import wire
 
-log = structlog.get_logger("kgrader.progress")
+log = get_logger("kgrader.progress")
 MAX_BYTES = 1 << 20  # a judge tells a few dozen lines; more is not read
 # How each step is named to people (grader.cli.progress shows them as ``judge: LABEL``).
 LABELS = {"judge": "sandbox started", "judge_ready": "judge ready", "compile": "compile",

@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 import psutil
-import structlog
 
 from grader.backends.cleanup import (
     FOLDER_PREFIXES,
@@ -40,8 +39,9 @@ from grader.backends.cleanup import (
 )
 from grader.backends.registry import loaded_backends
 from grader.errors import InfrastructureError
+from grader.logs import get_logger
 
-log = structlog.get_logger("kgrader.stop")
+log = get_logger("kgrader.stop")
 REAP_EVERY_S = 0.2
 _stop = threading.Event()
 _reaper_lock = threading.Lock()

@@ -47,7 +47,49 @@ def exit_code(report: Report) -> int:
     return EXIT_ERROR if report.infrastructure_failed() else EXIT_FAILED
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# The commands each module of grader.cli registers (its ``register(group)``), by name. A
+# module is imported when one of its commands is asked for, never before: every command
+# pays only its own imports (``kgrader run`` no longer imported the service, the leaderboard,
+# the agent tools and the docker SDK before starting its sandbox). ``--help`` lists the
+# names, then loads each module for its one-line help.
+LAZY_COMMANDS: dict[str, str] = {
+    "profile": "diagnostics", "image": "docker", "sandbox": "docker",
+    "experience": "experience", "leaderboard": "leaderboard", "records": "records",
+    "replay": "replay", "policy": "scan", "scan": "scan", "serve": "service",
+    "submit": "service", "status": "service", "report": "service", "tasks": "service",
+    "cancel": "service", "task": "tasks", "accept": "tools", "bench": "tools",
+    "calibrate": "tools", "compile": "tools", "mcp": "tools", "tool": "tools", "tools": "tools",
+    "workspace": "tools",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands in :data:`LAZY_COMMANDS` are registered on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            load_commands(self, LAZY_COMMANDS[cmd_name])
+        return self.commands.get(cmd_name)
+
+
+def load_commands(group: click.Group, module: str) -> None:
+    """Register grader.cli.``module``'s commands on ``group`` (once)."""
+    import importlib
+
+    importlib.import_module(f"grader.cli.{module}").register(group)
+
+
+def all_commands(group: click.Group) -> dict[str, click.Command]:
+    """Every top-level command, each module loaded (docs, tests, completion of all names)."""
+    ctx = click.Context(group)
+    return {name: cmd for name in group.list_commands(ctx)
+            if (cmd := group.get_command(ctx, name)) is not None}
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kgrader")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default=None,
               help="Events at this level and above go to stderr (default: $KGRADER_LOG, "
@@ -197,26 +239,6 @@ def _write_report(out: Path, report: Report) -> None:
 def schema(as_json: bool) -> None:
     """Print the report's JSON Schema (JSON always)."""
     click.echo(json.dumps(report_json_schema(), indent=2))
-
-
-def _register_all() -> None:
-    from grader.cli import diagnostics as cli_diagnostics
-    from grader.cli import docker as cli_docker
-    from grader.cli import experience as cli_experience
-    from grader.cli import leaderboard as cli_leaderboard
-    from grader.cli import records as cli_records
-    from grader.cli import replay as cli_replay
-    from grader.cli import scan as cli_scan
-    from grader.cli import service as cli_service
-    from grader.cli import tasks as cli_tasks
-    from grader.cli import tools as cli_tools
-
-    for mod in (cli_scan, cli_records, cli_docker, cli_tools, cli_leaderboard, cli_experience,
-                cli_diagnostics, cli_tasks, cli_service, cli_replay):
-        mod.register(main)
-
-
-_register_all()
 
 
 def entry() -> None:

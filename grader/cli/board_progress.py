@@ -10,7 +10,7 @@ import time
 import click
 
 from grader.leaderboard.progress import Progress as BoardProgress
-from grader.report.render import plain
+from grader.report.text import plain
 
 
 class BoardLines(BoardProgress):

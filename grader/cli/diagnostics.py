@@ -28,7 +28,8 @@ from grader.cli.common import EXIT_ERROR, EXIT_FAILED, EXIT_OK, fail, sweep_orph
 from grader.cli.progress import steps, wide_console
 from grader.cli.tools import tool_exit_code
 from grader.errors import KgraderError
-from grader.report.render import plain, say
+from grader.report.render import say
+from grader.report.text import plain
 
 
 def register(cli: click.Group) -> None:

@@ -17,14 +17,15 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from grader.logs import on_step
-from grader.report.render import plain
+from grader.report.text import plain
+
+if TYPE_CHECKING:  # rich is imported where a terminal or a rendered report needs it
+    from rich.console import Console
 
 # The judge's phases worth a line, in the order they run (grader.report.model.SandboxInfo).
 JUDGE_STEPS = (("sandbox_setup", "sandbox started"), ("judge_ready", "judge ready"),
@@ -52,6 +53,7 @@ class StepLines:
 
     def start(self) -> None:
         if self.enabled and self.tty:
+            from rich.console import Console
             from rich.progress import Progress as RichProgress
             from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -59,7 +61,7 @@ class StepLines:
                                       TimeElapsedColumn(), console=Console(stderr=True),
                                       transient=True)
             self._live.start()
-            self._task = self._live.add_task(escape(f"{self.command}: starting"), total=None)
+            self._task = self._live.add_task(_escape(f"{self.command}: starting"), total=None)
 
     def step(self, name: str, fields: Mapping[str, Any] | None = None) -> None:
         if not self.enabled:
@@ -69,7 +71,7 @@ class StepLines:
         with self._lock:
             self.told.add(name)
             if self._live is not None:
-                self._live.update(self._task, description=escape(plain(f"{self.command}: {text}")))
+                self._live.update(self._task, description=_escape(plain(f"{self.command}: {text}")))
             else:
                 click.echo(plain(f"kgrader {self.command}: +{time.monotonic() - self.t0:.1f}s "
                                  f"{text}"), err=True)
@@ -117,7 +119,15 @@ def tell_judge_steps(lines: StepLines, phases: Mapping[str, float]) -> None:
             lines.step(f"judge: {label}", {"s": round(seconds, 3)})
 
 
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
 def wide_console() -> Console:
     """stdout for people: the terminal's width, else (piped, captured) 240 columns, not
     rich's 80 that folds every table."""
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=240)

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.cli.common import kgrader_errors
-from grader.report.render import plain
+from grader.report.text import plain
 from grader.scan import ScanResult, list_policies, load_policy, read_candidate, scan_source
 from grader.scan.allowlist import describe
 from grader.scan.corpus import CaseResult, run_corpus

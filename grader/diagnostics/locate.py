@@ -17,12 +17,11 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-import structlog
-
 from grader.errors import UsageError
+from grader.logs import get_logger
 from sandbox.contract import wire
 
-log = structlog.get_logger("kgrader.diagnostics")
+log = get_logger("kgrader.diagnostics")
 
 ToolName = Literal["ncu", "compute-sanitizer"]
 _ALREADY_BOUND = ("/usr/", "/opt/nvidia/", "/opt/rocm/")

@@ -24,18 +24,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from grader.experience.extract import attempt_from_leaderboard, attempt_from_report
 from grader.experience.model import MAX_SOURCE_BYTES, Attempt, Origin
 from grader.experience.store import ExperienceStore, recording_enabled
+from grader.logs import get_logger
 from grader.measure.peaks import _cpu_model
 from grader.report.model import Report
 from grader.task import TaskSpec
 
 __all__ = ["host_cpu_model", "remember_leaderboard", "remember_records_folder", "remember_tool"]
 
-log = structlog.get_logger("kgrader.experience")
+log = get_logger("kgrader.experience")
 
 
 def host_cpu_model() -> str | None:

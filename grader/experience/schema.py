@@ -23,14 +23,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import structlog
-
 from grader.db import transaction
 from grader.experience.model import ExperienceError, ExperienceSchemaError
+from grader.logs import get_logger
 
 __all__ = ["BUSY_TIMEOUT_MS", "SCHEMA_VERSION", "Opened", "connect", "fts5_available", "transaction"]
 
-log = structlog.get_logger("kgrader.experience")
+log = get_logger("kgrader.experience")
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 30_000

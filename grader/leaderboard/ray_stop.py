@@ -34,8 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import structlog
-
 from grader.backends.cleanup import (
     FOLDER_PREFIXES,
     group_of,
@@ -45,8 +43,9 @@ from grader.backends.cleanup import (
     temp_base,
 )
 from grader.backends.stop import kill_own, reclaim_own
+from grader.logs import get_logger
 
-log = structlog.get_logger("kgrader.ray_stop")
+log = get_logger("kgrader.ray_stop")
 
 CANCEL_WAIT_S = 30.0
 FORCE_WAIT_S = 10.0

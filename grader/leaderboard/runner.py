@@ -21,8 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
-
 from grader.backends.cleanup import sweep_orphans
 from grader.errors import UsageError
 from grader.leaderboard.aggregate import INFRA_META, infra_key, select_top
@@ -39,9 +37,10 @@ from grader.leaderboard.seeds import (
 )
 from grader.leaderboard.state import EvalRow, State, SubmissionRow, TaskCheck, exclusive
 from grader.leaderboard.submissions import Submission, discover
+from grader.logs import get_logger
 from grader.outpaths import check_output_file
 
-log = structlog.get_logger("kgrader.leaderboard")
+log = get_logger("kgrader.leaderboard")
 
 
 @dataclass

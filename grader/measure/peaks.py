@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any
 
 import filelock
-import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from grader.backends.registry import AUTO, backend_class, backend_names, sorted_choices
@@ -58,6 +57,7 @@ from grader.backends.select import detect_device, select_backend
 from grader.errors import InfrastructureError, UsageError
 from grader.judgecall import mode_request, run_judge_mode
 from grader.limits import Limits
+from grader.logs import get_logger
 from sandbox.contract.wire import Record
 
 __all__ = [
@@ -75,7 +75,7 @@ __all__ = [
     "sandbox_fingerprint",
 ]
 
-log = structlog.get_logger("kgrader.hardware")
+log = get_logger("kgrader.hardware")
 
 CACHE_VERSION = 1
 MAX_ENTRIES = 64

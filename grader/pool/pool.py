@@ -25,18 +25,17 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import structlog
-
 from grader.backends.gate import MeasureGate
 from grader.backends.registry import backend_classes
 from grader.backends.select import select_backend
 from grader.errors import InfrastructureError, UsageError
 from grader.evaluate import EvalRequest, evaluate, screen
 from grader.judgecall import resolve_device
+from grader.logs import get_logger
 from grader.pool.warm import WarmSandbox, template_key
 from grader.report.model import Report
 
-log = structlog.get_logger("kgrader.pool")
+log = get_logger("kgrader.pool")
 BACKOFF_S = (1.0, 5.0, 30.0)  # after 1, 2, 3+ starts in a row that never became ready
 POLL_S = 0.05
 

@@ -16,17 +16,16 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-import structlog
-
 from grader.backends.gate import MeasureGate
 from grader.errors import InfrastructureError
 from grader.evaluate import EvalRequest, evaluate
 from grader.judgecall import resolve_device
+from grader.logs import get_logger
 from grader.pool.pool import Pool
 from grader.pool.warm import template_key
 from grader.report.model import Report
 
-log = structlog.get_logger("kgrader.pool")
+log = get_logger("kgrader.pool")
 
 
 class Pools:

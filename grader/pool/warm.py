@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from grader import builds as build_cache
 from grader.backends.base import SandboxBackend
 from grader.backends.cancel import watch
@@ -35,14 +33,14 @@ from grader.backends.select import select_backend
 from grader.errors import InfrastructureError, UsageError
 from grader.evaluate import EvalRequest, collect, frame_phases, judge_request, screen, sources
 from grader.judgecall import JudgeRun, discard, launch, resolve_device, seal_inputs, stage
-from grader.logs import relay
+from grader.logs import get_logger, relay
 from grader.measure.floors import floor_ms
 from grader.pool.turn import WarmTurn
 from grader.report.model import Report
 from grader.shapes import draw_shapes
 from sandbox.contract import wire
 
-log = structlog.get_logger("kgrader.pool")
+log = get_logger("kgrader.pool")
 
 # What a request must share with the pool's template: everything the judge's request (read
 # at the sandbox's start) or the sandbox itself was made from. The candidate, the current

@@ -15,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from grader.report.model import CorrectnessResult, Report, SandboxInfo
+from grader.report.text import plain
 from grader.report.verdict import acceptance_verdict
-from sandbox.contract.text import clean
 
 # The phases worth a line (SandboxInfo.phases), in the order they run: a phase is listed
 # by the step its name starts with; within a step the step's own total comes first, then
@@ -24,17 +24,10 @@ from sandbox.contract.text import clean
 _STEPS = ("scan", "warm", "sandbox", "gate", "judge", "compile", "correctness", "benchmark",
           "accept", "teardown", "total")
 _PARTS = ("compile_inputs", "compile_first_call")
-_SHOWN = 100_000  # a report's own caps bound its text; this only bounds the terminal
 
 
 def _fmt(v: float | None, unit: str = "", digits: int = 4) -> str:
     return "—" if v is None else f"{v:.{digits}g}{unit}"
-
-
-def plain(value: object) -> str:
-    """``value`` as text a terminal shows literally: control characters escaped, no
-    surrogates. Build :class:`Text` from it (never a markup string)."""
-    return clean(value, _SHOWN)
 
 
 def say(console: Console, *parts: str | tuple[str, str], indent: int = 2) -> None:

@@ -33,7 +33,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import structlog
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -44,6 +43,7 @@ from starlette.routing import Route
 from grader.backends.stop import request_stop
 from grader.errors import CandidateFileError
 from grader.grading.redact import facts_for, redact
+from grader.logs import get_logger
 from grader.report.model import Report
 from grader.scan import check_source
 from grader.service import pages
@@ -53,7 +53,7 @@ from grader.service.errors import ApiError, api_error, http_error
 from grader.service.store import FINAL, JobRow, Store, TokenRow
 from grader.service.worker import MODES, ServiceTask, Workers
 
-log = structlog.get_logger("kgrader.service")
+log = get_logger("kgrader.service")
 _FIELDS = {"task", "mode", "source", "label"}
 _LABEL = re.compile(r"[A-Za-z0-9_.-]{0,64}")
 _ID = re.compile(r"[0-9a-f]{32}")

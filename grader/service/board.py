@@ -25,12 +25,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from grader.grading.redact import facts_for, redact
 from grader.leaderboard.aggregate import row_times
 from grader.leaderboard.job import classify, classify_rerun, tied_within_noise
 from grader.leaderboard.live import MAIN, RERUN, Run, needs_rerun
+from grader.logs import get_logger
 from grader.report.model import Report
 from grader.report.verdict import acceptance_verdict
 from grader.service import board_page, pages
@@ -38,7 +37,7 @@ from grader.service.store import JobRow, Store
 from grader.service.worker import BOARD_MODES, ServiceTask
 from grader.service.worker import RERUN as RERUN_MODE
 
-log = structlog.get_logger("kgrader.service")
+log = get_logger("kgrader.service")
 RERUN_OWNER = "board:"
 _RUN_PAGE = re.compile(r"run/([0-9a-f]{32})\.html")
 _NO_QUOTA = 10**9

@@ -31,18 +31,17 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-import structlog
-
 from grader.errors import InfrastructureError, KgraderError, UsageError
 from grader.evaluate import EvalRequest
 from grader.leaderboard.ray_cluster import ClusterLost, import_ray
 from grader.leaderboard.ray_stop import STOP_BOUND_S
+from grader.logs import get_logger
 from grader.report.model import Report
 from grader.service import ray_bridge
 from grader.service.store import Claimed
 from grader.service.worker import Slot, Workers
 
-log = structlog.get_logger("kgrader.service")
+log = get_logger("kgrader.service")
 START_S = 60.0  # connecting (ray.init, which retries a bad address for minutes) and hello
 # A reconnection has nobody waiting on it: its bridge gets longer for its hello (a fresh
 # interpreter importing ray and kgrader, then ray.init, may outlast START_S on a loaded

@@ -40,20 +40,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from grader.errors import InfrastructureError, KgraderError, TaskError, UsageError
 from grader.evaluate import EvalRequest, Source, evaluate
 from grader.leaderboard.job import classify, classify_rerun, redact_seeds, tied_within_noise
 from grader.leaderboard.seeds import Secret, TaskPayload, task_payload
-from grader.logs import on_step
+from grader.logs import get_logger, on_step
 from grader.report.model import Report
 from grader.scan import check_source
 from grader.service.store import BestChanged, Claimed, Store
 from grader.task import TaskSpec, load_task
 from sandbox.contract import codes
 
-log = structlog.get_logger("kgrader.service")
+log = get_logger("kgrader.service")
 MODES = ("run", "test", "bench", "accept", "leaderboard")  # what a client may submit
 RERUN = "rerun"  # the board's own re-run of an entry (never a client's)
 BOARD_MODES = ("leaderboard", RERUN)

@@ -32,8 +32,11 @@ SMALL = ROOT / "examples" / "vector_add_small"
 
 
 def _commands(cmd: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[str, click.Command]]:
-    if isinstance(cmd, click.Group):
-        for name, sub in sorted(cmd.commands.items()):
+    if isinstance(cmd, click.Group):  # through click's API: the top group loads lazily
+        ctx = click.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            sub = cmd.get_command(ctx, name)
+            assert sub is not None, f"{' '.join((*path, name))} is listed but not found"
             yield from _commands(sub, (*path, name))
     else:
         yield " ".join(path), cmd

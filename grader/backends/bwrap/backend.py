@@ -30,8 +30,6 @@ import tempfile
 import uuid
 from pathlib import Path
 
-import structlog
-
 from grader.backends import cgroups
 from grader.backends.base import (
     HARNESS_MOUNT,
@@ -68,9 +66,10 @@ from grader.backends.gpu import (
 from grader.backends.owner import owner_alive, owner_gone
 from grader.backends.registry import sandbox_backend
 from grader.errors import SandboxUnavailableError
+from grader.logs import get_logger
 from sandbox.contract import wire
 
-log = structlog.get_logger("kgrader.bwrap")
+log = get_logger("kgrader.bwrap")
 HARNESS_SRC = Path(__file__).resolve().parents[3] / "sandbox"
 _ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group",
               "localtime", "alternatives")

@@ -11,8 +11,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-import structlog
-
 from grader.backends import cgroups
 from grader.backends.base import SandboxOutcome, SandboxSpec
 from grader.backends.bwrap.hoststeps import HostSteps
@@ -24,8 +22,9 @@ from grader.backends.gpu_watch import GpuWatch
 from grader.backends.output import OutputDrain, collect, fd_chunks
 from grader.backends.watchdog import Watchdog
 from grader.errors import SandboxUnavailableError
+from grader.logs import get_logger
 
-log = structlog.get_logger("kgrader.bwrap")
+log = get_logger("kgrader.bwrap")
 
 
 @dataclass

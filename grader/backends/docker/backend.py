@@ -28,8 +28,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from grader.backends.base import (
     LAUNCH_CAPS,
     Capabilities,
@@ -65,6 +63,7 @@ from grader.backends.output import collect
 from grader.backends.owner import owner_gone
 from grader.backends.registry import sandbox_backend
 from grader.errors import ImageMissingError, SandboxUnavailableError
+from grader.logs import get_logger
 from sandbox.contract.wire import EXIT_HOST_GONE
 
 if TYPE_CHECKING:
@@ -73,7 +72,7 @@ if TYPE_CHECKING:
 
     from grader.backends.docker.supervise import Watched
 
-log = structlog.get_logger("kgrader.docker")
+log = get_logger("kgrader.docker")
 # What the container's init (docker's tini) prints when it could not forward a signal.
 TINI_FORWARD_FAILED = b"[FATAL tini (1)] Unexpected error when forwarding signal"
 SWEEP_EXIT_WAIT_S = 10.0  # a quick command still finishes the background sweep

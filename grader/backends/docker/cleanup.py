@@ -21,14 +21,14 @@ from types import FrameType
 import docker
 import docker.errors
 import requests.exceptions
-import structlog
 from docker.models.containers import Container
 
 from grader.backends.docker.config import LABEL, LABEL_OWNER, LABEL_RUN
 from grader.backends.docker.prereqs import client
 from grader.backends.owner import owner_alive, owner_gone
+from grader.logs import get_logger
 
-log = structlog.get_logger("kgrader.docker")
+log = get_logger("kgrader.docker")
 _live: set[str] = set()
 _live_lock = threading.RLock()  # re-entrant: a signal handler may run while it is held
 _ran = threading.Event()

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import structlog
-
 from grader.errors import ImageMissingError, InfrastructureError, UsageError
+from grader.logs import get_logger
 
 if TYPE_CHECKING:  # the SDK is imported where it is used: every CLI start would pay for it
     import docker
@@ -51,7 +50,7 @@ _DOCKERFILES: dict[Flavor, str] = {
 _ARG_BASE = re.compile(r"^\s*ARG\s+BASE_IMAGE=(\S+)\s*$")
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 
-log = structlog.get_logger("kgrader.images")
+log = get_logger("kgrader.images")
 
 
 def default_tag(flavor: Flavor) -> str:

@@ -21,15 +21,15 @@ from typing import Any
 import docker
 import docker.errors
 import requests.exceptions
-import structlog
 from docker.models.containers import Container
 
 from grader.backends.cancel import watch
 from grader.backends.classify import Evidence, decode_status
 from grader.backends.output import OutputDrain
 from grader.errors import SandboxUnavailableError
+from grader.logs import get_logger
 
-log = structlog.get_logger("kgrader.docker")
+log = get_logger("kgrader.docker")
 PIDS_POLL_S = 0.1
 _STREAM_ERRORS = (OSError, ValueError, requests.exceptions.RequestException)
 
