@@ -152,10 +152,12 @@ def run(task_dir: Path, candidate: Path, current: Path | None, backend: str, dev
     from grader.evaluate import EvalRequest, evaluate
 
     try:
-        from grader.records import EVALS
+        evals = None
+        if records is not None:  # the records store (filelock) only for a run that keeps one
+            from grader.records import EVALS
 
-        check_outputs(dirs={"--out": out, "--records": records,
-                            "--records folder": records / EVALS if records else None},
+            evals = records / EVALS
+        check_outputs(dirs={"--out": out, "--records": records, "--records folder": evals},
                       files={"--out report.json": out / "report.json" if out else None})
         tool = sanitize_tool or ("default" if sanitize else None)  # default: the task's or memcheck
         req = EvalRequest.from_paths(task_dir, candidate, current, limits=limits, backend=backend,

@@ -55,10 +55,10 @@ from click.testing import CliRunner
 from grader.cli.app import main
 r = CliRunner()
 code = r.invoke(main, ["run", "--help"]).exit_code
-import grader.evaluate, grader.records  # what run() imports when it runs
+import grader.evaluate  # what run() imports when it runs (grader.records: with --records)
 print(json.dumps({"code": code, "loaded": sorted(m for m in sys.modules if m.startswith(
     ("grader.cli.", "grader.service", "grader.leaderboard", "grader.agent", "docker",
-     "starlette", "uvicorn", "mcp", "structlog", "rich")))}))
+     "starlette", "uvicorn", "mcp", "structlog", "rich", "grader.records", "filelock")))}))
 """
 
 
