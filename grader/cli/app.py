@@ -53,13 +53,15 @@ def exit_code(report: Report) -> int:
 # the agent tools and the docker SDK before starting its sandbox). ``--help`` lists the
 # names, then loads each module for its one-line help.
 LAZY_COMMANDS: dict[str, str] = {
-    "profile": "diagnostics", "image": "docker", "sandbox": "docker",
-    "experience": "experience", "leaderboard": "leaderboard", "records": "records",
-    "replay": "replay", "policy": "scan", "scan": "scan", "serve": "service",
-    "submit": "service", "status": "service", "report": "service", "tasks": "service",
-    "cancel": "service", "task": "tasks", "accept": "tools", "bench": "tools",
-    "calibrate": "tools", "compile": "tools", "mcp": "tools", "tool": "tools", "tools": "tools",
-    "workspace": "tools",
+    "profile": "grader.cli.diagnostics", "image": "grader.cli.docker",
+    "sandbox": "grader.cli.docker", "experience": "grader.cli.experience",
+    "leaderboard": "grader.cli.leaderboard", "records": "grader.cli.records",
+    "replay": "grader.cli.replay", "policy": "grader.cli.scan", "scan": "grader.cli.scan",
+    "serve": "grader.cli.service", "submit": "grader.cli.service", "status": "grader.cli.service",
+    "report": "grader.cli.service", "tasks": "grader.cli.service", "cancel": "grader.cli.service",
+    "task": "grader.cli.tasks", "accept": "grader.cli.tools", "bench": "grader.cli.tools",
+    "calibrate": "grader.cli.tools", "compile": "grader.cli.tools", "mcp": "grader.cli.tools",
+    "tool": "grader.cli.tools", "tools": "grader.cli.tools", "workspace": "grader.cli.tools",
 }
 
 
@@ -76,10 +78,10 @@ class LazyGroup(click.Group):
 
 
 def load_commands(group: click.Group, module: str) -> None:
-    """Register grader.cli.``module``'s commands on ``group`` (once)."""
+    """Register ``module``'s commands (a module of grader.cli) on ``group``."""
     import importlib
 
-    importlib.import_module(f"grader.cli.{module}").register(group)
+    importlib.import_module(module).register(group)
 
 
 def all_commands(group: click.Group) -> dict[str, click.Command]:
