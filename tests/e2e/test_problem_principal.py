@@ -58,8 +58,12 @@ def test_problem_code_cannot_pass_a_submission_that_computes_nothing(tmp_path: P
 def test_problem_code_cannot_patch_the_judge_under_docker(tmp_path: Path) -> None:
     backend = backend_or_skip("docker")
     rc, r, _ = grade(import_attack("patch_judge_check", tmp_path, backend), NOTHING, backend)
-    assert rc == 1 and r["ok"] is False
-    assert next((e["code"], e["origin"]) for e in r["errors"]) == ("wrong_values", "candidate")
+    assert rc == 1 and r["ok"] is False, r["errors"]
+    # The whole first error on a mismatch: CI once saw work_between_calls here (one of three
+    # whole suites, 2026-12-06; not reproduced in 16 runs, idle and beside two busy loops),
+    # and only the code was kept.
+    assert next((e["code"], e["origin"]) for e in r["errors"]) == ("wrong_values", "candidate"), \
+        r["errors"][0]
 
 
 @pytest.mark.bwrap
